@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both (re)build .venv when it is missing or older than pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest docs bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/iorch bench schedulers --quick --out out/demo
+
+test: $(STAMP) lint typecheck pytest docs
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy orchestrator
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest
+
+docs: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+bench: $(STAMP)
+	$(BIN)/iorch bench schedulers --out out/bench
+
+clean:
+	rm -rf docs/_build docs/_generated out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""io-orchestrator: schedule and execute the output stages of scientific workflows."""

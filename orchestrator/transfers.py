@@ -1,0 +1,256 @@
+"""The transfer model: a columnar, validated set of (client, I/O node, nbytes)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["TransferSet", "TransferSetError"]
+
+
+class TransferSetError(ValueError):
+    """A TransferSet was given invalid columns; the message names the column and index."""
+
+
+def _as_int_column(name: str, values: Any) -> npt.NDArray[np.int64]:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise TransferSetError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise TransferSetError(
+            f"column {name!r} must hold integers, got dtype {arr.dtype} (first value {arr[0]!r})"
+        )
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TransferSetError(f"column {name!r}: value {arr[i]!r} at index {i} is not finite")
+        frac = arr != np.floor(arr)
+        if frac.any():
+            i = int(np.argmax(frac))
+            raise TransferSetError(
+                f"column {name!r}: value {arr[i]!r} at index {i} is not an integer"
+            )
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        i = int(np.argmax(arr > np.iinfo(np.int64).max))
+        raise TransferSetError(f"column {name!r}: value {arr[i]!r} at index {i} overflows int64")
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class TransferSet:
+    """Data movements of one stage: transfer ``i`` moves ``nbytes[i]`` bytes
+    between client ``client[i]`` and I/O node ``ionode[i]``.
+
+    Columns are NumPy ``int64`` arrays of equal length. Client and I/O-node ids
+    are dense integers ``0 … n-1``; ``n_clients`` / ``n_ionodes`` default to
+    ``max(id) + 1`` and may be given larger (idle clients or I/O nodes). The
+    transfer index is its row number: it breaks ties in every deterministic
+    policy and is how a :class:`~orchestrator.Plan` refers to a transfer.
+
+    Parameters
+    ----------
+    client, ionode : array_like of int
+        Endpoint ids, each ``>= 0``.
+    nbytes : array_like of int
+        Bytes moved, each ``> 0``.
+    n_clients, n_ionodes : int, optional
+        Number of clients / I/O nodes; must exceed every id used.
+
+    Raises
+    ------
+    TransferSetError
+        Naming the column and the first bad index: lengths differ, an id is
+        negative or out of range, a size is not a positive finite integer, or
+        the set is empty.
+
+    Examples
+    --------
+    >>> from orchestrator import TransferSet
+    >>> ts = TransferSet(client=[0, 0, 1], ionode=[0, 1, 1], nbytes=[30, 10, 10])
+    >>> ts.n_clients, ts.n_ionodes, len(ts), ts.total_bytes
+    (2, 2, 3, 50)
+    >>> TransferSet(client=[0], ionode=[0], nbytes=[-5])
+    Traceback (most recent call last):
+    ...
+    orchestrator.transfers.TransferSetError: column 'nbytes': value -5 at index 0 must be > 0
+    """
+
+    client: npt.NDArray[np.int64]
+    ionode: npt.NDArray[np.int64]
+    nbytes: npt.NDArray[np.int64]
+    n_clients: int
+    n_ionodes: int
+
+    def __init__(
+        self,
+        client: Any,
+        ionode: Any,
+        nbytes: Any,
+        n_clients: int | None = None,
+        n_ionodes: int | None = None,
+    ) -> None:
+        c = _as_int_column("client", client)
+        s = _as_int_column("ionode", ionode)
+        b = _as_int_column("nbytes", nbytes)
+        if not (c.size == s.size == b.size):
+            raise TransferSetError(
+                "columns must have equal lengths, got "
+                f"client={c.size}, ionode={s.size}, nbytes={b.size}"
+            )
+        if c.size == 0:
+            raise TransferSetError("empty TransferSet: there is nothing to schedule")
+        for name, col in (("client", c), ("ionode", s)):
+            neg = col < 0
+            if neg.any():
+                i = int(np.argmax(neg))
+                raise TransferSetError(f"column {name!r}: value {col[i]} at index {i} must be >= 0")
+        nonpos = b <= 0
+        if nonpos.any():
+            i = int(np.argmax(nonpos))
+            raise TransferSetError(f"column 'nbytes': value {b[i]} at index {i} must be > 0")
+        nc = _count("n_clients", "client", c, n_clients)
+        ns = _count("n_ionodes", "ionode", s, n_ionodes)
+        for name, col in (("client", c), ("ionode", s), ("nbytes", b)):
+            col.setflags(write=False)
+        object.__setattr__(self, "client", c)
+        object.__setattr__(self, "ionode", s)
+        object.__setattr__(self, "nbytes", b)
+        object.__setattr__(self, "n_clients", nc)
+        object.__setattr__(self, "n_ionodes", ns)
+
+    def __len__(self) -> int:
+        return int(self.client.size)
+
+    def __repr__(self) -> str:
+        return (
+            f"TransferSet({len(self)} transfers, {self.n_clients} clients, "
+            f"{self.n_ionodes} I/O nodes, {self.total_bytes} bytes)"
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of ``nbytes`` over all transfers."""
+        return int(self.nbytes.sum())
+
+    def bytes_matrix(self) -> npt.NDArray[np.int64]:
+        """Bytes per (client, I/O node) pair as a dense ``n_clients × n_ionodes`` matrix.
+
+        Examples
+        --------
+        >>> TransferSet([0, 0, 1], [0, 0, 1], [1, 2, 4]).bytes_matrix().tolist()
+        [[3, 0], [0, 4]]
+        """
+        m = np.zeros((self.n_clients, self.n_ionodes), dtype=np.int64)
+        np.add.at(m, (self.client, self.ionode), self.nbytes)
+        return m
+
+    # ----------------------------------------------------------------- loaders
+    @classmethod
+    def from_arrays(cls, arrays: Any, **kwargs: Any) -> TransferSet:
+        """Build from a mapping (or ``.npz`` archive) with keys ``client``, ``ionode``, ``nbytes``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> TransferSet.from_arrays({"client": np.array([0]), "ionode": [2], "nbytes": [8]})
+        TransferSet(1 transfers, 1 clients, 3 I/O nodes, 8 bytes)
+        """
+        missing = [k for k in ("client", "ionode", "nbytes") if k not in arrays]
+        if missing:
+            raise TransferSetError(f"missing column(s) {missing}; need client, ionode, nbytes")
+        return cls(arrays["client"], arrays["ionode"], arrays["nbytes"], **kwargs)
+
+    @classmethod
+    def load_npz(cls, path: str | os.PathLike[str], **kwargs: Any) -> TransferSet:
+        """Load a ``.npz`` file written by :meth:`save_npz`.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.npz"
+        >>> TransferSet([0, 1], [1, 0], [5, 6]).save_npz(p)
+        >>> len(TransferSet.load_npz(p))
+        2
+        """
+        with np.load(path) as data:
+            return cls.from_arrays(data, **kwargs)
+
+    def save_npz(self, path: str | os.PathLike[str]) -> None:
+        """Write the three columns to ``path`` (NumPy ``.npz``)."""
+        np.savez(path, client=self.client, ionode=self.ionode, nbytes=self.nbytes)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike[str], **kwargs: Any) -> TransferSet:
+        """Read a CSV file with header ``client,ionode,nbytes`` (extra columns ignored).
+
+        Errors name the file and line.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+        >>> _ = p.write_text("client,ionode,nbytes\\n0,1,4096\\n1,0,100\\n")
+        >>> TransferSet.from_csv(p).nbytes.tolist()
+        [4096, 100]
+        """
+        path = Path(path)
+        cols: dict[str, list[int]] = {"client": [], "ionode": [], "nbytes": []}
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [k for k in cols if k not in header]
+            if missing:
+                raise TransferSetError(
+                    f"{path}: header {header} lacks column(s) {missing}; "
+                    "expected 'client,ionode,nbytes'"
+                )
+            for row in reader:
+                for k in cols:
+                    text = (row[k] or "").strip()
+                    try:
+                        cols[k].append(int(text))
+                    except ValueError:
+                        raise TransferSetError(
+                            f"{path}, line {reader.line_num}: column {k!r} value {text!r} "
+                            "is not an integer"
+                        ) from None
+        try:
+            return cls(cols["client"], cols["ionode"], cols["nbytes"], **kwargs)
+        except TransferSetError as err:
+            raise TransferSetError(f"{path}: {err} (index 0 is line 2)") from None
+
+    def to_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write ``client,ionode,nbytes`` rows in transfer order."""
+        _write_rows(path, ("client", "ionode", "nbytes"), zip(self.client, self.ionode, self.nbytes))
+
+
+def _count(field: str, column: str, col: npt.NDArray[np.int64], given: int | None) -> int:
+    needed = int(col.max()) + 1
+    if given is None:
+        return needed
+    if isinstance(given, bool) or not isinstance(given, int | np.integer):
+        raise TransferSetError(f"{field} must be an integer, got {given!r}")
+    if given < needed:
+        i = int(np.argmax(col >= given))
+        raise TransferSetError(
+            f"column {column!r}: value {col[i]} at index {i} is out of range for {field}={given}"
+        )
+    return int(given)
+
+
+def _write_rows(path: str | os.PathLike[str], header: Iterable[str], rows: Iterable[Any]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for row in rows:
+            w.writerow([int(x) if isinstance(x, np.integer) else x for x in row])
