@@ -97,6 +97,30 @@ def _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients):
 
 
 @njit(cache=True)
+def _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients):
+    """x's smallest (completion, id) among its qualifying units.
+
+    The cursor unit has the smallest d, but ``free[x] + d`` rounds, so units
+    just after it with a larger d may complete at the same float time; scan
+    those and keep the lowest id, exactly as comparing completions would.
+    """
+    v = _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients)
+    if v == -1:
+        return -1
+    key = free[x] + d[v]
+    p = nxt[cursor[x]]
+    while p != -1:
+        w = slot_unit[p]
+        if free[x] + d[w] != key:
+            break
+        other = n_clients + ionode[w] if x < n_clients else client[w]
+        if w < v and free[other] <= free[x]:
+            v = w
+        p = nxt[p]
+    return v
+
+
+@njit(cache=True)
 def ecf(client, ionode, d, n_clients, n_ionodes):
     """Earliest Completion First; returns the order.
 
@@ -121,7 +145,7 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     ids = np.empty(nn + 2 * n, dtype=np.int64)
     size = 0
     for x in range(nn):
-        u = _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients)
+        u = _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients)
         if u != -1:
             eid = 2 * u + (0 if x < n_clients else 1)
             size = push(keys, ids, size, free[x] + d[u], eid)
@@ -134,7 +158,7 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         x = client[u] if (eid & 1) == 0 else n_clients + ionode[u]
         if last[x] != eid:
             continue  # superseded by a newer offer of x
-        v = _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients)
+        v = _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients)
         if v == -1:
             last[x] = -1
             continue
@@ -153,7 +177,7 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         free[b] = key
         for y in (a, b):
             cursor[y] = head[y]
-            w = _candidate(y, cursor, slot_unit, nxt, client, ionode, free, n_clients)
+            w = _offer(y, cursor, slot_unit, nxt, client, ionode, d, free, n_clients)
             if w == -1:
                 last[y] = -1
             else:

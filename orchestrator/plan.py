@@ -1,0 +1,337 @@
+"""Plans: a global order of units, with timing derived by list scheduling."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .cost import CostModel
+from .kernels.blocks import split_pieces
+from .kernels.timing import list_schedule, loads
+from .transfers import TransferSet, _write_rows
+
+__all__ = ["Plan", "PlanError", "Units", "lower_bound"]
+
+
+class PlanError(AssertionError):
+    """A plan violates an invariant (raised by :meth:`Plan.validate`)."""
+
+
+def lower_bound(transfers: TransferSet, cost: CostModel) -> float:
+    """Open-shop lower bound of any plan: ``max(max client load, max I/O-node load)``.
+
+    Loads are summed durations of whole transfers (no split overhead), so the
+    bound is the same for every policy on ``transfers``.
+
+    Examples
+    --------
+    >>> from orchestrator import TransferSet, CostModel
+    >>> ts = TransferSet([0, 0, 1, 1], [0, 1, 1, 2], [30, 10, 10, 20])
+    >>> lower_bound(ts, CostModel(1.0, 1.0))
+    40.0
+    """
+    d = cost.duration(transfers.nbytes)
+    cl, sl = loads(transfers.client, transfers.ionode, d, transfers.n_clients, transfers.n_ionodes)
+    return float(max(cl.max(), sl.max()))
+
+
+@dataclass(frozen=True, eq=False)
+class Units:
+    """What a policy orders: whole transfers, or fixed-size pieces of them.
+
+    Columns are indexed by unit id; pieces are numbered in (transfer,
+    offset) order. Build with :meth:`Units.of`.
+    """
+
+    parent: npt.NDArray[np.int64]
+    offset: npt.NDArray[np.int64]
+    nbytes: npt.NDArray[np.int64]
+    client: npt.NDArray[np.int64]
+    ionode: npt.NDArray[np.int64]
+    durations: npt.NDArray[np.float64]
+    block_size: int | None
+
+    @classmethod
+    def of(cls, transfers: TransferSet, cost: CostModel, block_size: int | None = None) -> Units:
+        """Units of ``transfers``: themselves, or pieces of ``block_size`` bytes.
+
+        Examples
+        --------
+        >>> from orchestrator import TransferSet, CostModel
+        >>> u = Units.of(TransferSet([0], [0], [5]), CostModel(1.0, 1.0), block_size=2)
+        >>> u.offset.tolist(), u.nbytes.tolist()
+        ([0, 2, 4], [2, 2, 1])
+        """
+        if block_size is None:
+            parent = np.arange(len(transfers), dtype=np.int64)
+            offset = np.zeros(len(transfers), dtype=np.int64)
+            nbytes = transfers.nbytes
+        else:
+            parent, offset, nbytes = split_pieces(transfers.nbytes, block_size)
+        return cls(
+            parent=parent,
+            offset=offset,
+            nbytes=nbytes,
+            client=transfers.client[parent],
+            ionode=transfers.ionode[parent],
+            durations=cost.duration(nbytes, split=block_size is not None),
+            block_size=block_size,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The output of a policy: a global priority order over units.
+
+    A *unit* is a whole transfer, or for block-splitting policies
+    (``block_size`` set) a piece of one. ``order`` is a permutation of unit
+    ids; per-client and per-I/O-node sequences are its subsequences, and
+    ``start``/``end`` follow by list scheduling (each unit starts as soon as
+    both its client and its I/O node are free). Nothing about timing is
+    stored apart from the order.
+
+    Build plans with :func:`orchestrator.schedule`.
+
+    Examples
+    --------
+    >>> import orchestrator as orc
+    >>> ts = orc.TransferSet([0, 0, 1, 1], [0, 1, 1, 2], [30, 10, 10, 20])
+    >>> plan = orc.schedule(ts, "ecf", cost=orc.CostModel(1.0, 1.0))
+    >>> plan.order.tolist(), plan.makespan, plan.lower_bound
+    ([1, 2, 0, 3], 40.0, 40.0)
+    >>> plan.validate()
+    """
+
+    transfers: TransferSet
+    units: Units
+    order: npt.NDArray[np.int64]
+    cost: CostModel
+    policy: str
+    kind: str = "centralized"
+    seed: int = 0
+    rounds: int = 0
+    messages: int = 0
+    kernel_seconds: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------- units
+    @property
+    def parent(self) -> npt.NDArray[np.int64]:
+        """Transfer index of each unit (the identity when transfers are not split)."""
+        return self.units.parent
+
+    @property
+    def offset(self) -> npt.NDArray[np.int64]:
+        """Byte offset of each unit within its transfer."""
+        return self.units.offset
+
+    @property
+    def nbytes(self) -> npt.NDArray[np.int64]:
+        """Bytes of each unit."""
+        return self.units.nbytes
+
+    @property
+    def client(self) -> npt.NDArray[np.int64]:
+        """Client of each unit."""
+        return self.units.client
+
+    @property
+    def ionode(self) -> npt.NDArray[np.int64]:
+        """I/O node of each unit."""
+        return self.units.ionode
+
+    @property
+    def durations(self) -> npt.NDArray[np.float64]:
+        """Seconds each unit takes under :attr:`cost`."""
+        return self.units.durations
+
+    @property
+    def block_size(self) -> int | None:
+        """Piece size of block-splitting policies, ``None`` for whole transfers."""
+        return self.units.block_size
+
+    @property
+    def n_units(self) -> int:
+        """Number of units (transfers, or pieces for block-splitting policies)."""
+        return int(self.parent.size)
+
+    # ---------------------------------------------------------------- timing
+    @cached_property
+    def _times(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        ts = self.transfers
+        return list_schedule(
+            self.order, self.client, self.ionode, self.durations, ts.n_clients, ts.n_ionodes
+        )
+
+    @property
+    def start(self) -> npt.NDArray[np.float64]:
+        """Start time of each unit (indexed by unit id), by list scheduling."""
+        return self._times[0]
+
+    @property
+    def end(self) -> npt.NDArray[np.float64]:
+        """End time of each unit (indexed by unit id)."""
+        return self._times[1]
+
+    @cached_property
+    def makespan(self) -> float:
+        """Time at which the last unit ends."""
+        return float(self.end.max())
+
+    @cached_property
+    def lower_bound(self) -> float:
+        """The open-shop lower bound of the TransferSet (see :func:`lower_bound`)."""
+        return lower_bound(self.transfers, self.cost)
+
+    @property
+    def ratio(self) -> float:
+        """``makespan / lower_bound`` (1.0 is optimal)."""
+        return self.makespan / self.lower_bound
+
+    @property
+    def scheduling_seconds(self) -> float:
+        """Time spent deciding the order.
+
+        Centralized policies: measured kernel wall time. Bidding policies:
+        ``rounds * round_cost + messages * message_cost`` of the cost model.
+        Decentralized policies decide nothing up front: 0.
+        """
+        if self.kind == "bidding":
+            return self.cost.scheduling_seconds(self.rounds, self.messages)
+        if self.kind == "centralized":
+            return self.kernel_seconds
+        return 0.0
+
+    @property
+    def total_seconds(self) -> float:
+        """``scheduling_seconds + makespan``."""
+        return self.scheduling_seconds + self.makespan
+
+    @property
+    def throughput(self) -> float:
+        """Bytes per second including scheduling: ``total_bytes / total_seconds``."""
+        return self.transfers.total_bytes / self.total_seconds
+
+    def ionode_busy(self) -> npt.NDArray[np.float64]:
+        """Seconds each I/O node spends moving data."""
+        return np.bincount(self.ionode, weights=self.durations, minlength=self.transfers.n_ionodes)
+
+    def idle_fraction(self) -> npt.NDArray[np.float64]:
+        """Fraction of the makespan each I/O node is idle."""
+        return 1.0 - self.ionode_busy() / self.makespan
+
+    # ------------------------------------------------------------- sequences
+    def client_sequence(self, client: int) -> npt.NDArray[np.int64]:
+        """Unit ids of ``client`` in the order it executes them.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> ts = orc.TransferSet([0, 0, 1], [0, 1, 1], [3, 1, 1])
+        >>> orc.schedule(ts, "ecf").client_sequence(0).tolist()
+        [1, 0]
+        """
+        return self.order[self.client[self.order] == client]
+
+    def ionode_sequence(self, ionode: int) -> npt.NDArray[np.int64]:
+        """Unit ids served by I/O node ``ionode``, in order."""
+        return self.order[self.ionode[self.order] == ionode]
+
+    # ------------------------------------------------------------ validation
+    def validate(self, rtol: float = 1e-9) -> None:
+        """Prove the plan is executable and complete; raise :class:`PlanError` if not.
+
+        Checks: the order is a permutation of the units; the units of every
+        transfer tile its bytes exactly once; each unit lasts its cost-model
+        duration; and no client or I/O node runs two units at once.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> orc.schedule(orc.TransferSet([0, 1], [0, 0], [5, 6]), "uar", block_size=2).validate()
+        """
+        n = self.n_units
+        seen = np.bincount(self.order, minlength=n) if self.order.size else np.zeros(n, int)
+        if self.order.size != n or seen.size != n or (seen != 1).any():
+            bad = int(np.argmax(seen != 1)) if seen.size == n else n
+            raise PlanError(f"order is not a permutation of {n} units (unit {bad} appears wrongly)")
+        ts = self.transfers
+        covered = np.bincount(self.parent, weights=self.nbytes, minlength=len(ts))
+        if not np.array_equal(covered, ts.nbytes):
+            i = int(np.argmax(covered != ts.nbytes))
+            raise PlanError(f"transfer {i}: pieces cover {covered[i]} of {ts.nbytes[i]} bytes")
+        by = np.lexsort((self.offset, self.parent))
+        nxt_same = self.parent[by][1:] == self.parent[by][:-1]
+        gap = (self.offset[by] + self.nbytes[by])[:-1] != self.offset[by][1:]
+        if (nxt_same & gap).any():
+            i = int(self.parent[by][1:][nxt_same & gap][0])
+            raise PlanError(f"transfer {i}: pieces overlap or leave a gap")
+        start, end = self.start, self.end
+        tol = rtol * max(self.makespan, 1.0)
+        if (np.abs(end - start - self.durations) > tol).any():
+            u = int(np.argmax(np.abs(end - start - self.durations) > tol))
+            raise PlanError(f"unit {u}: lasts {end[u] - start[u]} s, cost model says {self.durations[u]}")
+        for name, owner in (("client", self.client), ("ionode", self.ionode)):
+            by = np.lexsort((start, owner))
+            same = owner[by][1:] == owner[by][:-1]
+            clash = end[by][:-1] > start[by][1:] + tol
+            if (same & clash).any():
+                k = int(np.argmax(same & clash))
+                u, v = int(by[k]), int(by[k + 1])
+                raise PlanError(
+                    f"{name} {int(owner[u])} runs units {u} and {v} at once "
+                    f"([{start[u]}, {end[u]}) and [{start[v]}, {end[v]}))"
+                )
+
+    # --------------------------------------------------------------- output
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers as a plain dict.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> s = orc.schedule(orc.TransferSet([0], [0], [10]), "ecf").summary()
+        >>> s["policy"], s["makespan"] == s["lower_bound"], s["ratio"]
+        ('ecf', True, 1.0)
+        """
+        return {
+            "policy": self.policy,
+            "cost": self.cost.name,
+            "transfers": len(self.transfers),
+            "units": self.n_units,
+            "block_size": self.block_size,
+            "makespan": self.makespan,
+            "lower_bound": self.lower_bound,
+            "ratio": self.ratio,
+            "rounds": self.rounds,
+            "messages": self.messages,
+            "scheduling_seconds": self.scheduling_seconds,
+            "throughput": self.throughput,
+        }
+
+    def to_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write ``transfer,client,ionode,nbytes,start,end`` rows in plan order.
+
+        Block-splitting plans add an ``offset`` column (the piece's byte
+        offset in its transfer).
+        """
+        o = self.order
+        cols = [self.parent[o], self.client[o], self.ionode[o], self.nbytes[o]]
+        header = ["transfer", "client", "ionode", "nbytes", "start", "end"]
+        times = [self.start[o].tolist(), self.end[o].tolist()]
+        rows: list[Any] = [c.tolist() for c in cols] + [[repr(t) for t in x] for x in times]
+        if self.block_size is not None:
+            header.append("offset")
+            rows.append(self.offset[o].tolist())
+        _write_rows(path, header, zip(*rows))
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(policy={self.policy!r}, units={self.n_units}, makespan={self.makespan:.6g}, "
+            f"ratio={self.ratio:.4f}, rounds={self.rounds})"
+        )

@@ -1,0 +1,336 @@
+"""The policy registry and :func:`schedule`, the entry point from TransferSet to Plan."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .cost import CostModel, get_cost_model
+from .kernels import bidding, decentralized, greedy, matching
+from .kernels.rng import make_state
+from .plan import Plan, Units
+from .transfers import TransferSet
+
+__all__ = ["Policy", "PolicyError", "policies", "schedule"]
+
+log = logging.getLogger("orchestrator.policies")
+
+Arrays = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]
+Result = tuple[npt.NDArray[np.int64], int, int]
+
+
+class PolicyError(ValueError):
+    """Unknown policy, unknown option, or an option with a bad value."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What :func:`policies` reports about one policy."""
+
+    name: str
+    summary: str
+    origin: str
+    kind: str  # "centralized", "bidding" or "decentralized"
+    randomised: bool
+    parameters: dict[str, str]
+    default_block_size: int | None
+    run: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], int, int, int], Result]
+
+
+KiB = 1024
+_BLOCK = "block_size (bytes, default {0}): transfers are cut into pieces of this size"
+
+
+def _ecf(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    return greedy.ecf(c, s, d, nc, ns), 0, 0
+
+
+def _fcfs(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    order, phases = greedy.fcfs(c, s, nc, ns)
+    return order, int(phases), 0
+
+
+def _mwm(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    order, steps, _ = matching.mwm(c, s, d, nc, ns)
+    return order, int(steps), 0
+
+
+def _ms_ml(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    o, r, m = bidding.ms_ml(c, s, d, nc, ns)
+    return o, int(r), int(m)
+
+
+def _ms_ecf(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    o, r, m = bidding.ms_ecf(c, s, d, nc, ns)
+    return o, int(r), int(m)
+
+
+def _rand(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    o, r, m = bidding.rand(c, s, nc, ns, make_state(seed))
+    return o, int(r), int(m)
+
+
+def _hdf(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    o, r, m = bidding.hdf(c, s, nc, ns, make_state(seed))
+    return o, int(r), int(m)
+
+
+def _first_ios(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    seq, ptr = decentralized.first_ios_sequences(c, nc)
+    return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
+
+
+def _random_ios(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    seq, ptr = decentralized.random_ios_sequences(c, s, nc, ns, make_state(seed))
+    return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
+
+
+def _hash_ios(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+    seq, ptr = decentralized.hash_ios_sequences(c, s, nc, ns)
+    return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
+
+
+_WU = "Wu, Lin & Liu, Efficient Distributed Algorithms for Parallel I/O Scheduling"
+_ISAILA = "Isaila et al., decentralized parallel I/O scheduling in Clusterfile"
+
+_REGISTRY: dict[str, Policy] = {
+    p.name: p
+    for p in [
+        Policy(
+            "ecf",
+            "Earliest Completion First: always run next the transfer that can finish first.",
+            f"{_WU}, sec. 3.1.2",
+            "centralized",
+            False,
+            {},
+            None,
+            _ecf,
+        ),
+        Policy(
+            "mwm",
+            "Repeated maximum-weight matching of (client, I/O node) pairs, heaviest first.",
+            f"{_WU}, sec. 3.1.1",
+            "centralized",
+            False,
+            {},
+            None,
+            _mwm,
+        ),
+        Policy(
+            "fcfs",
+            "First-come first-served phases: greedy matchings in arrival (index) order.",
+            f"Jain et al. 1997, as summarised in {_ISAILA}, sec. 3",
+            "centralized",
+            False,
+            {},
+            None,
+            _fcfs,
+        ),
+        Policy(
+            "ms-ml",
+            "Bidding: clients offer their largest transfer, I/O nodes accept the most loaded client.",
+            f"{_WU}, sec. 3.2.1",
+            "bidding",
+            False,
+            {},
+            None,
+            _ms_ml,
+        ),
+        Policy(
+            "ms-ecf",
+            "Bidding: clients offer their smallest transfer, I/O nodes accept the earliest completion.",
+            f"{_WU}, sec. 3.2.2",
+            "bidding",
+            False,
+            {},
+            None,
+            _ms_ecf,
+        ),
+        Policy(
+            "rand",
+            "Bidding at random on whole transfers.",
+            f"{_WU}, sec. 1 (RAND, Fig. 1)",
+            "bidding",
+            True,
+            {},
+            None,
+            _rand,
+        ),
+        Policy(
+            "uar",
+            "Bidding uniformly at random on fixed-size blocks.",
+            f"Durand et al. 2003; {_WU}, sec. 1 (UAR); {_ISAILA}, sec. 3",
+            "bidding",
+            True,
+            {"block_size": _BLOCK.format(32 * KiB)},
+            32 * KiB,
+            _rand,
+        ),
+        Policy(
+            "hdf",
+            "Bidding on fixed-size blocks; I/O nodes grant the client of highest degree.",
+            f"Durand et al. 2003; {_WU}, sec. 4",
+            "bidding",
+            True,
+            {"block_size": _BLOCK.format(32 * KiB)},
+            32 * KiB,
+            _hdf,
+        ),
+        Policy(
+            "first-ios",
+            "Decentralized: each client sends its blocks in file-offset order; I/O nodes serve FIFO.",
+            f"{_ISAILA}, sec. 6",
+            "decentralized",
+            False,
+            {"block_size": _BLOCK.format(64 * KiB)},
+            64 * KiB,
+            _first_ios,
+        ),
+        Policy(
+            "random-ios",
+            "Decentralized: each client sends each block to a random I/O node it still owes.",
+            f"{_ISAILA}, sec. 6",
+            "decentralized",
+            True,
+            {"block_size": _BLOCK.format(64 * KiB)},
+            64 * KiB,
+            _random_ios,
+        ),
+        Policy(
+            "hash-ios",
+            "Decentralized: client i sends its j-th block to I/O node (i + j) mod n.",
+            f"{_ISAILA}, sec. 6",
+            "decentralized",
+            False,
+            {"block_size": _BLOCK.format(64 * KiB)},
+            64 * KiB,
+            _hash_ios,
+        ),
+    ]
+}
+
+
+def policies() -> dict[str, Policy]:
+    """All registered policies by name.
+
+    Each :class:`Policy` carries a one-line ``summary``, its ``origin`` (paper
+    and section), its ``kind`` (centralized, bidding, decentralized), whether
+    it is ``randomised`` (then ``seed`` matters) and its ``parameters``.
+
+    Examples
+    --------
+    >>> from orchestrator import policies
+    >>> sorted(policies())[:4]
+    ['ecf', 'fcfs', 'first-ios', 'hash-ios']
+    >>> policies()["hdf"].parameters["block_size"]
+    'block_size (bytes, default 32768): transfers are cut into pieces of this size'
+    """
+    return dict(_REGISTRY)
+
+
+def get_policy(name: str) -> Policy:
+    """The registered policy called ``name``; an error lists the known ones."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise PolicyError(f"unknown policy {name!r}; choose one of {sorted(_REGISTRY)}") from None
+
+
+_warm: set[str] = set()
+
+
+def _warm_up(p: Policy) -> None:
+    """Run a policy once on a tiny set so compile/cache-load time is not timed."""
+    if p.name not in _warm:
+        c = np.array([0, 1], dtype=np.int64)
+        p.run(c, c[::-1].copy(), np.array([1.0, 2.0]), 2, 2, 0)
+        _warm.add(p.name)
+
+
+def schedule(
+    transfers: TransferSet,
+    policy: str = "ms-ecf",
+    cost: CostModel | str | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> Plan:
+    """Order the transfers of a stage with ``policy`` and return the :class:`Plan`.
+
+    Parameters
+    ----------
+    transfers : TransferSet
+        What moves where.
+    policy : str
+        A name from :func:`policies` (default ``"ms-ecf"``).
+    cost : CostModel or str, optional
+        A cost model or preset name; ``None`` means ``"cluster2004"``.
+    seed : int
+        Seed of randomised policies (``>= 0``); the same seed gives the same plan.
+    **options
+        Policy parameters, e.g. ``block_size`` for block-splitting policies.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    PolicyError
+        Unknown policy or option, or a bad option value.
+
+    Examples
+    --------
+    >>> import orchestrator as orc
+    >>> ts = orc.TransferSet(client=[0, 0, 1, 1], ionode=[0, 1, 1, 2], nbytes=[30, 10, 10, 20])
+    >>> plan = orc.schedule(ts, "ms-ecf", cost=orc.CostModel(1.0, 1.0))
+    >>> plan.makespan, plan.rounds, plan.messages
+    (40.0, 3, 10)
+    """
+    if not isinstance(transfers, TransferSet):
+        raise PolicyError(f"transfers must be a TransferSet, got {type(transfers).__name__}")
+    p = get_policy(policy)
+    cm = get_cost_model(cost)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise PolicyError(f"seed must be an integer >= 0, got {seed!r}")
+    unknown = sorted(set(options) - set(p.parameters))
+    if unknown:
+        raise PolicyError(
+            f"policy {p.name!r} has no option(s) {unknown}; "
+            f"its options are {sorted(p.parameters) or 'none'}"
+        )
+    block_size = None
+    if p.default_block_size is not None:
+        block_size = options.get("block_size", p.default_block_size)
+        if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
+            raise PolicyError(f"block_size must be a positive integer, got {block_size!r}")
+        if block_size <= 0:
+            raise PolicyError(f"block_size must be a positive integer, got {block_size!r}")
+        block_size = int(block_size)
+    seed = int(seed)
+    units = Units.of(transfers, cm, block_size)
+    _warm_up(p)
+    t0 = time.perf_counter()
+    order, rounds, messages = p.run(
+        units.client, units.ionode, units.durations, transfers.n_clients, transfers.n_ionodes, seed
+    )
+    elapsed = time.perf_counter() - t0
+    log.debug("%s scheduled %d units in %.4f s", p.name, order.size, elapsed)
+    return Plan(
+        transfers=transfers,
+        units=units,
+        order=order,
+        cost=cm,
+        policy=p.name,
+        kind=p.kind,
+        seed=int(seed),
+        rounds=rounds,
+        messages=messages,
+        kernel_seconds=elapsed,
+        options=dict(options),
+    )
