@@ -59,6 +59,12 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         slot_unit[fill[b]] = u
         slot_s[u] = fill[b]
         fill[b] += 1
+    # the other endpoint of each slot's unit, stored inline so list scans
+    # stream through contiguous memory instead of chasing unit ids
+    slot_other = np.empty(2 * n, dtype=np.int32)
+    for u in range(n):
+        slot_other[slot_c[u]] = n_clients + ionode[u]
+        slot_other[slot_s[u]] = client[u]
     nxt = np.empty(2 * n, dtype=np.int64)
     prv = np.empty(2 * n, dtype=np.int64)
     head = np.full(nn, -1, dtype=np.int64)
@@ -69,7 +75,7 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         for p in range(lo, hi):
             nxt[p] = p + 1 if p + 1 < hi else -1
             prv[p] = p - 1 if p > lo else -1
-    return slot_unit, slot_c, slot_s, nxt, prv, head
+    return slot_unit, slot_other, slot_c, slot_s, nxt, prv, head
 
 
 @njit(cache=True)
@@ -83,13 +89,32 @@ def _unlink(x, p, nxt, prv, head):
 
 
 @njit(cache=True)
-def _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients):
-    """First unit from ``cursor[x]`` on whose other endpoint is free no later than x."""
+def _tree_set(tree, leaf0, i, value):
+    """Set leaf ``i`` of a min segment tree and fix its ancestors."""
+    j = leaf0 + i
+    tree[j] = value
+    j >>= 1
+    while j >= 1:
+        a = tree[2 * j]
+        b = tree[2 * j + 1]
+        tree[j] = a if a < b else b
+        j >>= 1
+
+
+@njit(cache=True)
+def _candidate(x, cursor, slot_unit, slot_other, nxt, free, n_clients, side_min):
+    """First unit from ``cursor[x]`` on whose other endpoint is free no later than x.
+
+    ``side_min[k]`` is the earliest free time among busy-with-work nodes of
+    side k (0 clients, 1 I/O nodes): a node earlier than every node of the
+    other side has no qualifying unit, whatever its list holds.
+    """
+    if free[x] < side_min[1 if x < n_clients else 0]:
+        return -1
     p = cursor[x]
+    fx = free[x]
     while p != -1:
-        u = slot_unit[p]
-        other = n_clients + ionode[u] if x < n_clients else client[u]
-        if free[other] <= free[x]:
+        if free[slot_other[p]] <= fx:
             break
         p = nxt[p]
     cursor[x] = p
@@ -97,14 +122,14 @@ def _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients):
 
 
 @njit(cache=True)
-def _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients):
+def _offer(x, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min):
     """x's smallest (completion, id) among its qualifying units.
 
     The cursor unit has the smallest d, but ``free[x] + d`` rounds, so units
     just after it with a larger d may complete at the same float time; scan
     those and keep the lowest id, exactly as comparing completions would.
     """
-    v = _candidate(x, cursor, slot_unit, nxt, client, ionode, free, n_clients)
+    v = _candidate(x, cursor, slot_unit, slot_other, nxt, free, n_clients, side_min)
     if v == -1:
         return -1
     key = free[x] + d[v]
@@ -113,8 +138,7 @@ def _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients):
         w = slot_unit[p]
         if free[x] + d[w] != key:
             break
-        other = n_clients + ionode[w] if x < n_clients else client[w]
-        if w < v and free[other] <= free[x]:
+        if w < v and free[slot_other[p]] <= free[x]:
             v = w
         p = nxt[p]
     return v
@@ -137,15 +161,28 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     """
     n = d.size
     nn = n_clients + n_ionodes
-    slot_unit, slot_c, slot_s, nxt, prv, head = _node_lists(client, ionode, d, n_clients, n_ionodes)
+    slot_unit, slot_other, slot_c, slot_s, nxt, prv, head = _node_lists(client, ionode, d, n_clients, n_ionodes)
     free = np.zeros(nn, dtype=np.float64)
     cursor = head.copy()
     last = np.full(nn, -1, dtype=np.int64)  # id of each node's live heap entry
+    # min segment trees over the free times of nodes that still have units
+    leaf0 = 1
+    while leaf0 < max(n_clients, n_ionodes):
+        leaf0 *= 2
+    ctree = np.full(2 * leaf0, np.inf)
+    stree = np.full(2 * leaf0, np.inf)
+    for x in range(nn):
+        if head[x] != -1:
+            if x < n_clients:
+                _tree_set(ctree, leaf0, x, 0.0)
+            else:
+                _tree_set(stree, leaf0, x - n_clients, 0.0)
+    side_min = np.array([ctree[1], stree[1]])
     keys = np.empty(nn + 2 * n, dtype=np.float64)
     ids = np.empty(nn + 2 * n, dtype=np.int64)
     size = 0
     for x in range(nn):
-        u = _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients)
+        u = _offer(x, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min)
         if u != -1:
             eid = 2 * u + (0 if x < n_clients else 1)
             size = push(keys, ids, size, free[x] + d[u], eid)
@@ -158,7 +195,7 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         x = client[u] if (eid & 1) == 0 else n_clients + ionode[u]
         if last[x] != eid:
             continue  # superseded by a newer offer of x
-        v = _offer(x, cursor, slot_unit, nxt, client, ionode, d, free, n_clients)
+        v = _offer(x, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min)
         if v == -1:
             last[x] = -1
             continue
@@ -175,9 +212,13 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         _unlink(b, slot_s[u], nxt, prv, head)
         free[a] = key
         free[b] = key
+        _tree_set(ctree, leaf0, a, key if head[a] != -1 else np.inf)
+        _tree_set(stree, leaf0, b - n_clients, key if head[b] != -1 else np.inf)
+        side_min[0] = ctree[1]
+        side_min[1] = stree[1]
         for y in (a, b):
             cursor[y] = head[y]
-            w = _offer(y, cursor, slot_unit, nxt, client, ionode, d, free, n_clients)
+            w = _offer(y, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min)
             if w == -1:
                 last[y] = -1
             else:
