@@ -219,7 +219,8 @@ class Plan:
 
     def ionode_busy(self) -> npt.NDArray[np.float64]:
         """Seconds each I/O node spends moving data."""
-        return np.bincount(self.ionode, weights=self.durations, minlength=self.transfers.n_ionodes)
+        busy = np.bincount(self.ionode, weights=self.durations, minlength=self.transfers.n_ionodes)
+        return busy.astype(np.float64)
 
     def idle_fraction(self) -> npt.NDArray[np.float64]:
         """Fraction of the makespan each I/O node is idle."""
@@ -275,7 +276,9 @@ class Plan:
         tol = rtol * max(self.makespan, 1.0)
         if (np.abs(end - start - self.durations) > tol).any():
             u = int(np.argmax(np.abs(end - start - self.durations) > tol))
-            raise PlanError(f"unit {u}: lasts {end[u] - start[u]} s, cost model says {self.durations[u]}")
+            raise PlanError(
+                f"unit {u}: lasts {end[u] - start[u]} s, cost model says {self.durations[u]}"
+            )
         for name, owner in (("client", self.client), ("ionode", self.ionode)):
             by = np.lexsort((start, owner))
             same = owner[by][1:] == owner[by][:-1]
@@ -328,7 +331,7 @@ class Plan:
         if self.block_size is not None:
             header.append("offset")
             rows.append(self.offset[o].tolist())
-        _write_rows(path, header, zip(*rows))
+        _write_rows(path, header, zip(*rows, strict=True))
 
     def __repr__(self) -> str:
         return (

@@ -40,58 +40,61 @@ class Policy:
     randomised: bool
     parameters: dict[str, str]
     default_block_size: int | None
-    run: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], int, int, int], Result]
+    run: Callable[
+        [npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], int, int, int],
+        Result,
+    ]
 
 
 KiB = 1024
 _BLOCK = "block_size (bytes, default {0}): transfers are cut into pieces of this size"
 
 
-def _ecf(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _ecf(c, s, d, nc, ns, seed):
     return greedy.ecf(c, s, d, nc, ns), 0, 0
 
 
-def _fcfs(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _fcfs(c, s, d, nc, ns, seed):
     order, phases = greedy.fcfs(c, s, nc, ns)
     return order, int(phases), 0
 
 
-def _mwm(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _mwm(c, s, d, nc, ns, seed):
     order, steps, _ = matching.mwm(c, s, d, nc, ns)
     return order, int(steps), 0
 
 
-def _ms_ml(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _ms_ml(c, s, d, nc, ns, seed):
     o, r, m = bidding.ms_ml(c, s, d, nc, ns)
     return o, int(r), int(m)
 
 
-def _ms_ecf(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _ms_ecf(c, s, d, nc, ns, seed):
     o, r, m = bidding.ms_ecf(c, s, d, nc, ns)
     return o, int(r), int(m)
 
 
-def _rand(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _rand(c, s, d, nc, ns, seed):
     o, r, m = bidding.rand(c, s, nc, ns, make_state(seed))
     return o, int(r), int(m)
 
 
-def _hdf(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _hdf(c, s, d, nc, ns, seed):
     o, r, m = bidding.hdf(c, s, nc, ns, make_state(seed))
     return o, int(r), int(m)
 
 
-def _first_ios(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _first_ios(c, s, d, nc, ns, seed):
     seq, ptr = decentralized.first_ios_sequences(c, nc)
     return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
 
 
-def _random_ios(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _random_ios(c, s, d, nc, ns, seed):
     seq, ptr = decentralized.random_ios_sequences(c, s, nc, ns, make_state(seed))
     return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
 
 
-def _hash_ios(c, s, d, nc, ns, seed):  # type: ignore[no-untyped-def]
+def _hash_ios(c, s, d, nc, ns, seed):
     seq, ptr = decentralized.hash_ios_sequences(c, s, nc, ns)
     return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
 
@@ -134,7 +137,7 @@ _REGISTRY: dict[str, Policy] = {
         ),
         Policy(
             "ms-ml",
-            "Bidding: clients offer their largest transfer, I/O nodes accept the most loaded client.",
+            "Bidding: clients offer their largest transfer; I/O nodes take the most loaded client.",
             f"{_WU}, sec. 3.2.1",
             "bidding",
             False,
@@ -144,7 +147,7 @@ _REGISTRY: dict[str, Policy] = {
         ),
         Policy(
             "ms-ecf",
-            "Bidding: clients offer their smallest transfer, I/O nodes accept the earliest completion.",
+            "Bidding: clients offer their smallest transfer; I/O nodes take the earliest finish.",
             f"{_WU}, sec. 3.2.2",
             "bidding",
             False,
@@ -184,7 +187,7 @@ _REGISTRY: dict[str, Policy] = {
         ),
         Policy(
             "first-ios",
-            "Decentralized: each client sends its blocks in file-offset order; I/O nodes serve FIFO.",
+            "Decentralized: clients send blocks in file-offset order; I/O nodes serve FIFO.",
             f"{_ISAILA}, sec. 6",
             "decentralized",
             False,

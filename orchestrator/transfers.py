@@ -120,7 +120,7 @@ class TransferSet:
             raise TransferSetError(f"column 'nbytes': value {b[i]} at index {i} must be > 0")
         nc = _count("n_clients", "client", c, n_clients)
         ns = _count("n_ionodes", "ionode", s, n_ionodes)
-        for name, col in (("client", c), ("ionode", s), ("nbytes", b)):
+        for col in (c, s, b):
             col.setflags(write=False)
         object.__setattr__(self, "client", c)
         object.__setattr__(self, "ionode", s)
@@ -231,7 +231,11 @@ class TransferSet:
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
         """Write ``client,ionode,nbytes`` rows in transfer order."""
-        _write_rows(path, ("client", "ionode", "nbytes"), zip(self.client, self.ionode, self.nbytes))
+        _write_rows(
+            path,
+            ("client", "ionode", "nbytes"),
+            zip(self.client, self.ionode, self.nbytes, strict=True),
+        )
 
 
 def _count(field: str, column: str, col: npt.NDArray[np.int64], given: int | None) -> int:

@@ -12,10 +12,27 @@ from .rng import below
 
 
 @njit(cache=True)
-def _client_lists(client, key, n_clients):
-    """Units grouped by client, each group sorted by (key, id): (units, start offsets)."""
-    n = key.size
-    by_key = np.argsort(key, kind="mergesort")
+def _sort_small(a, n):
+    """Insertion sort of ``a[:n]`` in place (n is at most the number of I/O nodes)."""
+    for i in range(1, n):
+        v = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
+
+
+@njit(cache=True)
+def _client_lists(client, key, n_clients, ordered=True):
+    """Units grouped by client, each group sorted by (key, id): (units, start offsets).
+
+    With ``ordered=False`` groups stay in increasing id and ``key`` is ignored.
+
+    A counting sort groups by client (ids stay increasing), then each short
+    group is sorted stably on its own: cheaper than one global sort.
+    """
+    n = client.size
     cnt = np.zeros(n_clients + 1, dtype=np.int64)
     for u in range(n):
         cnt[client[u] + 1] += 1
@@ -23,10 +40,14 @@ def _client_lists(client, key, n_clients):
         cnt[c + 1] += cnt[c]
     fill = cnt[:-1].copy()
     units = np.empty(n, dtype=np.int64)
-    for k in range(n):
-        u = by_key[k]
+    for u in range(n):
         units[fill[client[u]]] = u
         fill[client[u]] += 1
+    for c in range(n_clients if ordered else 0):
+        lo, hi = cnt[c], cnt[c + 1]
+        if hi - lo > 1:
+            seg = units[lo:hi].copy()
+            units[lo:hi] = seg[np.argsort(key[seg], kind="mergesort")]
     return units, cnt
 
 
@@ -40,7 +61,7 @@ def _sorted_bidding(client, ionode, d, n_clients, n_ionodes, greedy_ecf):
     """
     n = d.size
     key = d if greedy_ecf else -d
-    units, ptr = _client_lists(client, key, n_clients)
+    units, ptr = _client_lists(client, key, n_clients, True)
     head = ptr[:-1].copy()
     load = np.zeros(n_clients, dtype=np.float64)
     for u in range(n):
@@ -94,8 +115,8 @@ def _sorted_bidding(client, ionode, d, n_clients, n_ionodes, greedy_ecf):
                 sfree[s] = bestkey[s]
             else:
                 load[c] -= d[u]
-        acc = np.sort(accepted[:nt])
-        order[m : m + nt] = acc
+        _sort_small(accepted, nt)
+        order[m : m + nt] = accepted[:nt]
         m += nt
         j = 0
         for i in range(na):
@@ -129,7 +150,7 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
     lowest client id.
     """
     n = client.size
-    units, ptr = _client_lists(client, np.zeros(n, dtype=np.int64), n_clients)
+    units, ptr = _client_lists(client, np.zeros(0, dtype=np.float64), n_clients, False)
     length = ptr[1:] - ptr[:-1]
     active = np.empty(n_clients, dtype=np.int64)
     na = 0
@@ -140,6 +161,7 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
     prop_unit = np.empty(n_clients, dtype=np.int64)
     prop_pos = np.empty(n_clients, dtype=np.int64)
     cnt = np.zeros(n_ionodes + 1, dtype=np.int64)
+    fill = np.empty(n_ionodes, dtype=np.int64)
     grouped = np.empty(n_clients, dtype=np.int64)
     accepted = np.empty(min(n_clients, n_ionodes), dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
@@ -158,7 +180,7 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
             cnt[ionode[prop_unit[c]] + 1] += 1
         for s in range(n_ionodes):
             cnt[s + 1] += cnt[s]
-        fill = cnt[:-1].copy()
+        fill[:] = cnt[:-1]
         for i in range(na):  # stable: clients stay in increasing id within an I/O node
             c = active[i]
             s = ionode[prop_unit[c]]
@@ -184,8 +206,8 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
             last = ptr[c] + length[c] - 1
             units[ptr[c] + prop_pos[c]] = units[last]
             length[c] -= 1
-        acc = np.sort(accepted[:nacc])
-        order[m : m + nacc] = acc
+        _sort_small(accepted, nacc)
+        order[m : m + nacc] = accepted[:nacc]
         m += nacc
         j = 0
         for i in range(na):

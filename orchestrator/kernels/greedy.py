@@ -161,7 +161,9 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     """
     n = d.size
     nn = n_clients + n_ionodes
-    slot_unit, slot_other, slot_c, slot_s, nxt, prv, head = _node_lists(client, ionode, d, n_clients, n_ionodes)
+    slot_unit, slot_other, slot_c, slot_s, nxt, prv, head = _node_lists(
+        client, ionode, d, n_clients, n_ionodes
+    )
     free = np.zeros(nn, dtype=np.float64)
     cursor = head.copy()
     last = np.full(nn, -1, dtype=np.int64)  # id of each node's live heap entry

@@ -1,0 +1,292 @@
+"""The ``iorch`` command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import partial
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .bench import BIDDING, SweepResult, Timing
+from .cost import CostModel, CostModelError, get_cost_model
+from .plan import PlanError
+from .policies import PolicyError, policies, schedule
+from .transfers import TransferSet, TransferSetError
+
+app = typer.Typer(
+    help="io-orchestrator: schedule and run the output stages of Dask and Parsl workflows.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print ratios measured side by side in one run.")
+app.add_typer(bench_app, name="bench")
+workload_app = typer.Typer(help="Generate TransferSets to try the schedulers on.")
+app.add_typer(workload_app, name="workload")
+
+console = Console()
+err = Console(stderr=True)
+
+USER_ERRORS = (TransferSetError, CostModelError, PolicyError, PlanError, ValueError, OSError)
+
+
+def _fail(msg: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {msg}")
+    return typer.Exit(code=2)
+
+
+def _cost(spec: str | None) -> CostModel:
+    """A preset name, or a path to a JSON file written by ``CostModel.to_json``."""
+    if spec is not None and spec.endswith(".json"):
+        return CostModel.from_json(Path(spec).read_text())
+    return get_cost_model(spec)
+
+
+def _load(path: Path) -> TransferSet:
+    if path.suffix == ".npz":
+        return TransferSet.load_npz(path)
+    return TransferSet.from_csv(path)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+@app.command("policies")
+def policies_cmd() -> None:
+    """List the scheduling policies with their origin and options."""
+    t = Table(title="policies")
+    for col in ("name", "kind", "what it does", "origin", "options"):
+        t.add_column(col, overflow="fold")
+    for p in policies().values():
+        t.add_row(p.name, p.kind, p.summary, p.origin, "; ".join(p.parameters.values()) or "-")
+    console.print(t)
+
+
+@app.command("schedule")
+def schedule_cmd(
+    transfers: Annotated[Path, typer.Option(help="CSV (client,ionode,nbytes) or .npz file.")],
+    policy: Annotated[str, typer.Option(help="Policy name (see `iorch policies`).")] = "ms-ecf",
+    cost: Annotated[
+        str | None, typer.Option(help="Cost preset (cluster2004, modern, ...) or a .json file.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of randomised policies.")] = 0,
+    block_size: Annotated[
+        int | None, typer.Option(help="Piece size in bytes for block-splitting policies.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the plan as CSV here.")] = None,
+    gantt: Annotated[Path | None, typer.Option(help="Draw a Gantt chart PNG here.")] = None,
+) -> None:
+    """Schedule a TransferSet with one policy; print makespan, lower bound and ratio."""
+    try:
+        ts = _load(transfers)
+        opts = {} if block_size is None else {"block_size": block_size}
+        plan = schedule(ts, policy, cost=_cost(cost), seed=seed, **opts)
+        plan.validate()
+        if out is not None:
+            plan.to_csv(out)
+        if gantt is not None:
+            from .plots import close
+            from .plots import gantt as draw
+
+            close(draw(plan, path=gantt))
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    t = Table(title=f"{plan.policy} on {transfers.name} ({plan.cost.name} cost model)")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    s = plan.summary()
+    for key in ("transfers", "units", "makespan", "lower_bound", "ratio", "rounds", "messages",
+                "scheduling_seconds", "throughput"):  # fmt: skip
+        v = s[key]
+        t.add_row(key, f"{v:.6g}" if isinstance(v, float) else str(v))
+    console.print(t)
+    if out is not None:
+        console.print(f"plan written to {out}")
+    if gantt is not None:
+        console.print(f"Gantt chart written to {gantt}")
+
+
+@workload_app.command("bidding")
+def workload_bidding(
+    out: Annotated[Path, typer.Option(help="Output .csv or .npz.")],
+    ionodes: Annotated[int, typer.Option(help="Number of I/O nodes.")] = 32,
+    busy: Annotated[float, typer.Option(help="Ratio of busy I/O nodes (RB).")] = 0.1,
+    large: Annotated[float, typer.Option(help="Ratio of large transfers (RL).")] = 0.1,
+    clients: Annotated[int, typer.Option(help="Number of clients.")] = 256,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """The bidding paper's workload (busy I/O nodes, 32 MiB / 128 KiB transfers)."""
+    from .workload import bidding_workload
+
+    try:
+        ts = bidding_workload(ionodes, busy, large, n_clients=clients, seed=seed)
+        ts.save_npz(out) if out.suffix == ".npz" else ts.to_csv(out)
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    console.print(f"{ts!r} written to {out}")
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.3f}"
+
+
+@bench_app.command("schedulers")
+def bench_schedulers(
+    quick: Annotated[
+        bool, typer.Option(help="Fewer sweep points, one seed, smaller sets.")
+    ] = False,
+    seeds: Annotated[
+        int | None, typer.Option(help="Seeds per point (default 3; 1 if quick).")
+    ] = None,
+    cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for CSV and PNG output.")] = Path("out/bench"),
+    timings: Annotated[bool, typer.Option(help="Also time kernels against the oracles.")] = True,
+    oracle_budget: Annotated[
+        float | None, typer.Option(help="Seconds each oracle may run (default 120; 2 if quick).")
+    ] = None,
+    large: Annotated[
+        int | None, typer.Option(help="Transfers in the large timing set (default 1e6; 1e5 quick).")
+    ] = None,
+) -> None:
+    """Rerun the bidding paper's sweeps for every policy and time every kernel."""
+    from . import bench
+    from .plots import close, sweep_plot
+
+    try:
+        cm = _cost(cost)
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    n_seeds = seeds if seeds is not None else (1 if quick else 3)
+    out.mkdir(parents=True, exist_ok=True)
+    names = bench.default_names()
+    sweeps = bench.paper_sweeps(quick)
+    console.print(
+        f"[bold]bench schedulers[/]: cost model {cm.name}, {n_seeds} seed(s) per point, "
+        f"{len(names)} policies; throughput = bytes / (scheduling + makespan), in MB/s"
+    )
+    rows = []
+    with _progress() as prog:
+        for sw in sweeps:
+            task = prog.add_task(f"sweep {sw.name}", total=len(sw.xs) * n_seeds * len(names))
+            res = bench.run_sweep(sw, names, range(n_seeds), cm, partial(prog.advance, task))
+            rows.extend(res.rows)
+            _print_sweep(res)
+            fig = sweep_plot(
+                sw.xs,
+                {p: [res.throughput[(x, p)] / 1e6 for x in sw.xs] for p in names},
+                sw.xlabel,
+                "throughput (MB/s)",
+                f"bidding-paper sweep '{sw.name}' ({cm.name} cost model, {n_seeds} seed(s))",
+                path=out / f"sweep_{sw.name}.png",
+            )
+            close(fig)
+    bench.write_rows(rows, out / "sweeps.csv")
+    console.print(f"raw rows in {out / 'sweeps.csv'}, plots in {out}/sweep_*.png")
+    if timings:
+        budget = oracle_budget if oracle_budget is not None else (2.0 if quick else 120.0)
+        n_large = large if large is not None else (100_000 if quick else 1_000_000)
+        tests_dir = bench.oracle_dir()
+        with _progress() as prog:
+            task = prog.add_task("kernel timings", total=len(names))
+            tm, sizes = bench.kernel_timings(
+                names, cm, n_large, budget, tests_dir, advance=partial(prog.advance, task)
+            )
+        _print_timings(tm, sizes, budget, tests_dir is not None)
+
+
+def _print_sweep(res: SweepResult) -> None:
+    sw = res.sweep
+    t = Table(
+        title=f"sweep '{sw.name}': throughput MB/s (makespan ÷ lower bound) — {sw.xlabel}",
+        title_justify="left",
+    )
+    t.add_column("policy")
+    for x in sw.xs:
+        t.add_column(f"{sw.xkey}={x:g}", justify="right")
+    for p in res.policies:
+        t.add_row(
+            p, *[f"{res.throughput[(x, p)] / 1e6:.2f} ({res.ratio[(x, p)]:.3f})" for x in sw.xs]
+        )
+    have = set(res.policies)
+    bids = [p for p in BIDDING if p in have]
+    ratios = [
+        ("MS/ECF ÷ ECF", "ms-ecf", ["ecf"]),
+        ("MS/ML ÷ MWM", "ms-ml", ["mwm"]),
+    ]
+    ratios = [r for r in ratios if r[1] in have and set(r[2]) <= have]
+    t.add_section()
+    for label, a, b in ratios:
+        t.add_row(label, *[f"{res.relative(x, a, b):.3f}" for x in sw.xs], style="bold")
+    if bids and "hdf" in have:
+        t.add_row(
+            "best bidding ÷ HDF",
+            *[f"{max(res.relative(x, p, 'hdf') for p in bids):.2f}" for x in sw.xs],
+            style="bold",
+        )
+    console.print(t)
+
+
+def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float, oracles: bool) -> None:
+    t = Table(
+        title=f"kernel wall time, one core: medium = bidding workload RB=0.5, 128 I/O nodes "
+        f"({sizes['medium']:,} transfers); large = {sizes['large']:,} uniform transfers "
+        "(block policies cut into 4 MiB pieces there)",
+        title_justify="left",
+    )
+    for col in ("policy", "medium units", "kernel s", "oracle s", "oracle÷kernel", "large units",
+                "kernel s"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in tm:
+        if r.oracle_medium is None:
+            o, sp = ("n/a" if oracles else "no tests/"), "-"
+        elif math.isinf(r.oracle_medium):
+            o, sp = f">{budget:g}", f">{budget / r.kernel_medium:,.0f}"
+        else:
+            o, sp = f"{r.oracle_medium:.3f}", f"{r.oracle_medium / r.kernel_medium:,.0f}"
+        t.add_row(
+            r.policy,
+            f"{r.units_medium:,}",
+            f"{r.kernel_medium:.4f}",
+            o,
+            sp,
+            f"{r.units_large:,}",
+            f"{r.kernel_large:.3f}",
+        )
+    console.print(t)
+    console.print(
+        "mwm has no order oracle: its steps are checked against networkx's maximum matchings "
+        "in the tests instead."
+    )
+
+
+@app.command("cost")
+def cost_cmd(
+    preset: Annotated[str, typer.Argument(help="Preset name.")] = "cluster2004",
+) -> None:
+    """Print a cost-model preset as JSON (edit it and pass the file with --cost)."""
+    try:
+        console.print_json(json.dumps(get_cost_model(preset).to_dict()))
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+
+
+def main() -> None:
+    """Entry point of the ``iorch`` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
