@@ -262,7 +262,8 @@ class Plan:
             bad = int(np.argmax(seen != 1)) if seen.size == n else n
             raise PlanError(f"order is not a permutation of {n} units (unit {bad} appears wrongly)")
         ts = self.transfers
-        covered = np.bincount(self.parent, weights=self.nbytes, minlength=len(ts))
+        covered = np.zeros(len(ts), dtype=np.int64)
+        np.add.at(covered, self.parent, self.nbytes)
         if not np.array_equal(covered, ts.nbytes):
             i = int(np.argmax(covered != ts.nbytes))
             raise PlanError(f"transfer {i}: pieces cover {covered[i]} of {ts.nbytes[i]} bytes")

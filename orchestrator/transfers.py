@@ -27,22 +27,26 @@ def _as_int_column(name: str, values: Any) -> npt.NDArray[np.int64]:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
         raise TransferSetError(
-            f"column {name!r} must hold integers, got dtype {arr.dtype} (first value {arr[0]!r})"
+            f"column {name!r} must hold integers, got dtype {arr.dtype} (first value {arr[0].item()!r})"
         )
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
             i = int(np.argmax(bad))
-            raise TransferSetError(f"column {name!r}: value {arr[i]!r} at index {i} is not finite")
+            raise TransferSetError(
+                f"column {name!r}: value {arr[i].item()!r} at index {i} is not finite"
+            )
         frac = arr != np.floor(arr)
         if frac.any():
             i = int(np.argmax(frac))
             raise TransferSetError(
-                f"column {name!r}: value {arr[i]!r} at index {i} is not an integer"
+                f"column {name!r}: value {arr[i].item()!r} at index {i} is not an integer"
             )
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         i = int(np.argmax(arr > np.iinfo(np.int64).max))
-        raise TransferSetError(f"column {name!r}: value {arr[i]!r} at index {i} overflows int64")
+        raise TransferSetError(
+            f"column {name!r}: value {arr[i].item()!r} at index {i} overflows int64"
+        )
     return arr.astype(np.int64)
 
 
