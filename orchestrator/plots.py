@@ -98,7 +98,13 @@ def gantt(
     if n_rows <= 32:
         ax.set_yticks(range(n_rows))
     ax.axvline(plan.lower_bound, color="red", linestyle="--", linewidth=1, label="lower bound")
-    ax.legend(loc="lower right", fontsize=8)
+    handles, _ = ax.get_legend_handles_labels()
+    if n_colours <= 12:
+        from matplotlib.patches import Patch
+
+        other = "client" if by == "ionode" else "I/O node"
+        handles += [Patch(color=cmap(k), label=f"{other} {k}") for k in range(n_colours)]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     head = (
         title or f"{plan.policy}: makespan {plan.makespan:.4g} s = {plan.ratio:.3f} x lower bound"
     )

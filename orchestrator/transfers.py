@@ -27,7 +27,8 @@ def _as_int_column(name: str, values: Any) -> npt.NDArray[np.int64]:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
         raise TransferSetError(
-            f"column {name!r} must hold integers, got dtype {arr.dtype} (first value {arr[0].item()!r})"
+            f"column {name!r} must hold integers, got dtype {arr.dtype} "
+            f"(first value {arr[0].item()!r})"
         )
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)

@@ -1,0 +1,24 @@
+"""Pictures for the docs, produced by the code they document."""
+
+from pathlib import Path
+
+import orchestrator as orc
+from orchestrator.plots import close, gantt
+
+#: The example every policy page draws: 16 transfers from 6 clients to 4 I/O
+#: nodes with sizes 1-8 (a seeded random draw on which the policies differ).
+EXAMPLE = orc.TransferSet(
+    client=[4, 1, 1, 5, 1, 1, 3, 4, 3, 5, 0, 2, 3, 2, 2, 2],
+    ionode=[0, 0, 2, 1, 3, 0, 3, 1, 0, 0, 1, 0, 3, 3, 3, 1],
+    nbytes=[1, 3, 4, 5, 4, 5, 4, 6, 1, 8, 5, 2, 7, 3, 8, 3],
+)
+#: One byte per second and a little latency, so durations read as sizes.
+COST = orc.CostModel(network_bandwidth=1.0, disk_bandwidth=1.0, disk_latency=0.1, name="docs")
+
+
+def draw_all(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, p in orc.policies().items():
+        opts = {"block_size": 2} if p.default_block_size else {}
+        plan = orc.schedule(EXAMPLE, name, cost=COST, seed=1, **opts)
+        close(gantt(plan, path=out / f"gantt_{name}.png"))
