@@ -7,34 +7,14 @@ from .heap import pop, push
 
 
 @njit(cache=True)
-def _sort_by_pair(client, ionode, key, n_ionodes):
-    """Unit ids sorted by (pair, key, id); ``grp_end[k]`` ends the pair group of position k."""
-    n = client.size
-    by_key = np.argsort(key, kind="mergesort")  # stable: equal keys keep id order
-    pair = np.empty(n, dtype=np.int64)
-    for k in range(n):
-        u = by_key[k]
-        pair[k] = client[u] * n_ionodes + ionode[u]
-    by_pair = np.argsort(pair, kind="mergesort")
-    srt = by_key[by_pair]
-    grp_end = np.empty(n, dtype=np.int64)
-    end = n
-    for k in range(n - 1, -1, -1):
-        if k < n - 1:
-            u, v = srt[k], srt[k + 1]
-            if client[u] != client[v] or ionode[u] != ionode[v]:
-                end = k + 1
-        grp_end[k] = end
-    return srt, grp_end
-
-
-@njit(cache=True)
 def _node_lists(client, ionode, d, n_clients, n_ionodes):
     """Each node's units sorted by (d, id) as doubly linked lists over 2n slots.
 
-    Slots ``0..n-1`` hold the client lists, ``n..2n-1`` the I/O-node lists;
-    node ``x`` is a client for ``x < n_clients`` and I/O node
-    ``x - n_clients`` otherwise.
+    Node ``x`` is a client for ``x < n_clients`` and I/O node
+    ``x - n_clients`` otherwise; its slots are contiguous. Each slot stores
+    its unit, the unit's duration, the other endpoint and the unit's slot in
+    the other endpoint's list, so the hot loop reads node-local memory
+    instead of chasing unit ids through the input columns.
     """
     n = d.size
     nn = n_clients + n_ionodes
@@ -47,24 +27,25 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         cnt[x + 1] += cnt[x]
     fill = cnt[:-1].copy()
     slot_unit = np.empty(2 * n, dtype=np.int64)
-    slot_c = np.empty(n, dtype=np.int64)
-    slot_s = np.empty(n, dtype=np.int64)
+    slot_d = np.empty(2 * n, dtype=np.float64)
+    slot_other = np.empty(2 * n, dtype=np.int64)
+    slot_twin = np.empty(2 * n, dtype=np.int64)
     for k in range(n):
         u = by_d[k]
         a = client[u]
         b = n_clients + ionode[u]
-        slot_unit[fill[a]] = u
-        slot_c[u] = fill[a]
+        pa = fill[a]
+        pb = fill[b]
         fill[a] += 1
-        slot_unit[fill[b]] = u
-        slot_s[u] = fill[b]
         fill[b] += 1
-    # the other endpoint of each slot's unit, stored inline so list scans
-    # stream through contiguous memory instead of chasing unit ids
-    slot_other = np.empty(2 * n, dtype=np.int32)
-    for u in range(n):
-        slot_other[slot_c[u]] = n_clients + ionode[u]
-        slot_other[slot_s[u]] = client[u]
+        slot_unit[pa] = u
+        slot_unit[pb] = u
+        slot_d[pa] = d[u]
+        slot_d[pb] = d[u]
+        slot_other[pa] = b
+        slot_other[pb] = a
+        slot_twin[pa] = pb
+        slot_twin[pb] = pa
     nxt = np.empty(2 * n, dtype=np.int64)
     prv = np.empty(2 * n, dtype=np.int64)
     head = np.full(nn, -1, dtype=np.int64)
@@ -75,7 +56,7 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         for p in range(lo, hi):
             nxt[p] = p + 1 if p + 1 < hi else -1
             prv[p] = p - 1 if p > lo else -1
-    return slot_unit, slot_other, slot_c, slot_s, nxt, prv, head
+    return slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head
 
 
 @njit(cache=True)
@@ -102,68 +83,62 @@ def _tree_set(tree, leaf0, i, value):
 
 
 @njit(cache=True)
-def _candidate(x, cursor, slot_unit, slot_other, nxt, free, n_clients, side_min):
-    """First unit from ``cursor[x]`` on whose other endpoint is free no later than x.
+def _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min):
+    """Slot of x's smallest (completion, id) unit among those it owns, or -1.
 
-    ``side_min[k]`` is the earliest free time among busy-with-work nodes of
-    side k (0 clients, 1 I/O nodes): a node earlier than every node of the
-    other side has no qualifying unit, whatever its list holds.
+    x owns a unit when the other endpoint is free no later than x, so
+    ``free[x] + d`` is the unit's true completion. The cursor skips units
+    that stopped qualifying; within one value of ``free[x]`` they never
+    qualify again (free times only grow). ``side_min[k]`` is the earliest
+    free time among nodes of side k (0 clients, 1 I/O nodes) that still have
+    units: a node earlier than all of the other side owns nothing.
+
+    The cursor unit has the smallest d, but ``free[x] + d`` rounds, so units
+    just after it may complete at the same float time; those are scanned and
+    the lowest id kept, exactly as comparing completions would.
     """
-    if free[x] < side_min[1 if x < n_clients else 0]:
+    fx = free[x]
+    if fx < side_min[1 if x < n_clients else 0]:
         return -1
     p = cursor[x]
-    fx = free[x]
     while p != -1:
         if free[slot_other[p]] <= fx:
             break
         p = nxt[p]
     cursor[x] = p
-    return -1 if p == -1 else slot_unit[p]
-
-
-@njit(cache=True)
-def _offer(x, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min):
-    """x's smallest (completion, id) among its qualifying units.
-
-    The cursor unit has the smallest d, but ``free[x] + d`` rounds, so units
-    just after it with a larger d may complete at the same float time; scan
-    those and keep the lowest id, exactly as comparing completions would.
-    """
-    v = _candidate(x, cursor, slot_unit, slot_other, nxt, free, n_clients, side_min)
-    if v == -1:
+    if p == -1:
         return -1
-    key = free[x] + d[v]
-    p = nxt[cursor[x]]
-    while p != -1:
-        w = slot_unit[p]
-        if free[x] + d[w] != key:
-            break
-        if w < v and free[slot_other[p]] <= free[x]:
-            v = w
-        p = nxt[p]
-    return v
+    best = p
+    key = fx + slot_d[p]
+    q = nxt[p]
+    while q != -1 and fx + slot_d[q] == key:
+        if slot_unit[q] < slot_unit[best] and free[slot_other[q]] <= fx:
+            best = q
+        q = nxt[q]
+    return best
 
 
 @njit(cache=True)
 def ecf(client, ionode, d, n_clients, n_ionodes):
     """Earliest Completion First; returns the order.
 
-    A unit's completion is ``free[later endpoint] + d``. Each node ``x``
-    offers the smallest-(d, id) unit whose other endpoint is free no later
-    than ``x`` (so ``free[x] + d`` is that unit's true completion); every
-    pending unit is offered by its later endpoint, so the smallest offer is
-    the global minimum. Offers sit in a lazy heap keyed (completion, id):
-    free times only grow, so a stale offer is a lower bound and is refreshed
-    when popped. Within one value of ``free[x]`` a unit that stops
-    qualifying never qualifies again, so the cursor only moves forward; it
-    returns to the head when ``x`` is scheduled. Exact, O(E log E) in
-    practice.
+    A unit's completion is ``free[later endpoint] + d``. Each node offers
+    the smallest (completion, id) unit it owns (see ``_offer``); every
+    pending unit is owned by its later endpoint, so the smallest offer is
+    the global minimum. Offers sit in a lazy heap keyed (completion, unit id,
+    node): free times only grow, so a stale offer is a lower bound and is
+    refreshed when popped. Exact; O(E log E) plus the cursor scans.
     """
     n = d.size
     nn = n_clients + n_ionodes
-    slot_unit, slot_other, slot_c, slot_s, nxt, prv, head = _node_lists(
+    slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head = _node_lists(
         client, ionode, d, n_clients, n_ionodes
     )
+    # heap ids pack (unit, node): ties order by unit id, the node rides along
+    shift = 1
+    while (1 << shift) < nn:
+        shift += 1
+    mask = (1 << shift) - 1
     free = np.zeros(nn, dtype=np.float64)
     cursor = head.copy()
     last = np.full(nn, -1, dtype=np.int64)  # id of each node's live heap entry
@@ -184,52 +159,51 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     ids = np.empty(nn + 2 * n, dtype=np.int64)
     size = 0
     for x in range(nn):
-        u = _offer(x, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min)
-        if u != -1:
-            eid = 2 * u + (0 if x < n_clients else 1)
-            size = push(keys, ids, size, free[x] + d[u], eid)
+        p = _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min)
+        if p != -1:
+            eid = (slot_unit[p] << shift) | x
+            size = push(keys, ids, size, free[x] + slot_d[p], eid)
             last[x] = eid
     order = np.empty(n, dtype=np.int64)
     m = 0
     while size > 0:
         key, eid, size = pop(keys, ids, size)
-        u = eid >> 1
-        x = client[u] if (eid & 1) == 0 else n_clients + ionode[u]
+        x = eid & mask
         if last[x] != eid:
             continue  # superseded by a newer offer of x
-        v = _offer(x, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min)
-        if v == -1:
+        p = _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min)
+        if p == -1:
             last[x] = -1
             continue
-        if v != u or free[x] + d[v] != key:
-            eid = 2 * v + (eid & 1)
-            size = push(keys, ids, size, free[x] + d[v], eid)
+        if slot_unit[p] != eid >> shift or free[x] + slot_d[p] != key:
+            eid = (slot_unit[p] << shift) | x
+            size = push(keys, ids, size, free[x] + slot_d[p], eid)
             last[x] = eid
             continue
-        order[m] = u
+        order[m] = slot_unit[p]
         m += 1
-        a = client[u]
-        b = n_clients + ionode[u]
-        _unlink(a, slot_c[u], nxt, prv, head)
-        _unlink(b, slot_s[u], nxt, prv, head)
-        free[a] = key
-        free[b] = key
+        y = slot_other[p]
+        _unlink(x, p, nxt, prv, head)
+        _unlink(y, slot_twin[p], nxt, prv, head)
+        free[x] = key
+        free[y] = key
+        a, b = (x, y) if x < n_clients else (y, x)
         _tree_set(ctree, leaf0, a, key if head[a] != -1 else np.inf)
         _tree_set(stree, leaf0, b - n_clients, key if head[b] != -1 else np.inf)
         side_min[0] = ctree[1]
         side_min[1] = stree[1]
-        for y in (a, b):
-            cursor[y] = head[y]
-            w = _offer(y, cursor, slot_unit, slot_other, nxt, d, free, n_clients, side_min)
-            if w == -1:
-                last[y] = -1
+        for z in (x, y):
+            cursor[z] = head[z]
+            q = _offer(z, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min)
+            if q == -1:
+                last[z] = -1
             else:
-                eid = 2 * w + (0 if y < n_clients else 1)
+                eid = (slot_unit[q] << shift) | z
                 if size == keys.size:
                     keys = np.concatenate((keys, np.empty(keys.size, dtype=np.float64)))
                     ids = np.concatenate((ids, np.empty(ids.size, dtype=np.int64)))
-                size = push(keys, ids, size, free[y] + d[w], eid)
-                last[y] = eid
+                size = push(keys, ids, size, free[z] + slot_d[q], eid)
+                last[z] = eid
     return order
 
 
