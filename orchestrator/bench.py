@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .cost import CostModel, get_cost_model
+from .cost import CostModel
 from .policies import get_policy, policies, schedule
 from .workload import bidding_workload, uniform_workload
 
@@ -39,6 +39,13 @@ class Sweep:
     fixed: dict[str, float]
 
     def workload_args(self, x: float) -> dict[str, Any]:
+        """Keyword arguments of :func:`~orchestrator.workload.bidding_workload` at point ``x``.
+
+        Examples
+        --------
+        >>> paper_sweeps(quick=True)[0].workload_args(8)
+        {'busy_ratio': 0.1, 'large_ratio': 0.1, 'n_ionodes': 8}
+        """
         args: dict[str, Any] = dict(self.fixed)
         args[self.xkey] = x
         args["n_ionodes"] = int(args["n_ionodes"])
@@ -84,7 +91,16 @@ class SweepResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def relative(self, x: float, a: str, b: str | Sequence[str]) -> float:
-        """Throughput of ``a`` over ``b`` (or over the best of several) at ``x``."""
+        """Throughput of ``a`` over ``b`` (or over the best of several) at ``x``.
+
+        Examples
+        --------
+        >>> from orchestrator.cost import get_cost_model
+        >>> sw = Sweep("t", "I/O nodes", "n_ionodes", (4,), {"busy_ratio": 0.0, "large_ratio": 0.0})
+        >>> r = run_sweep(sw, ["ecf", "fcfs"], [0], get_cost_model())
+        >>> r.relative(4, "ecf", ["ecf", "fcfs"]) <= 1.0 == r.relative(4, "ecf", "ecf")
+        True
+        """
         bs = [b] if isinstance(b, str) else list(b)
         return self.throughput[(x, a)] / max(self.throughput[(x, p)] for p in bs)
 
@@ -136,7 +152,16 @@ def run_sweep(
 
 
 def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    """All raw measurements as CSV."""
+    """All raw measurements as CSV (one row per dict, header from the first).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "rows.csv"
+    >>> write_rows([{"policy": "ecf", "makespan": 1.5}], p)
+    >>> p.read_text().splitlines()
+    ['policy,makespan', 'ecf,1.5']
+    """
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -145,13 +170,27 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
 
 # ------------------------------------------------------------- kernel timings
 def oracle_dir() -> Path | None:
-    """The source tree's ``tests`` folder when it holds the oracles (editable installs)."""
+    """The source tree's ``tests`` folder when it holds the oracles (editable installs).
+
+    Examples
+    --------
+    >>> d = oracle_dir()
+    >>> d is None or (d / "oracles").is_dir()
+    True
+    """
     tests_dir = Path(__file__).resolve().parents[1] / "tests"
     return tests_dir if (tests_dir / "oracles" / "__init__.py").exists() else None
 
 
 def load_oracles(tests_dir: Path) -> Any:
-    """Import the pure-Python oracles from ``tests_dir/oracles``."""
+    """Import the pure-Python oracles from ``tests_dir/oracles``.
+
+    Examples
+    --------
+    >>> oracles = load_oracles(oracle_dir())
+    >>> oracles.ecf([0, 0], [0, 1], [2.0, 1.0])
+    ([1, 0], 0, 0)
+    """
     if str(tests_dir) not in sys.path:
         sys.path.insert(0, str(tests_dir))
     return importlib.import_module("oracles")
@@ -190,6 +229,13 @@ def time_oracle(
 
     Runs in a child process so an oracle that would take hours is stopped
     (by PID) at the budget instead of stalling the benchmark.
+
+    Examples
+    --------
+    >>> from orchestrator.cost import get_cost_model
+    >>> args = {"n_ionodes": 8, "busy_ratio": 0.0, "large_ratio": 0.1, "seed": 0}
+    >>> time_oracle("ms-ecf", args, get_cost_model(), 5.0, oracle_dir())  # doctest: +SKIP
+    0.0021
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -232,6 +278,13 @@ def kernel_timings(
     Oracles run on the medium workload only, each in a child process with a
     wall-time budget. Block-splitting policies use ``large_block_size`` on
     the large set (at their default block size it would be ~10^9 pieces).
+
+    Examples
+    --------
+    >>> from orchestrator.cost import get_cost_model
+    >>> rows, sizes = kernel_timings(["ecf"], get_cost_model(), 10_000, 1.0, None)
+    >>> rows[0].policy, rows[0].units_large, rows[0].oracle_medium is None
+    ('ecf', 10000, True)
     """
     medium_args: dict[str, Any] = {
         "n_ionodes": 128,
@@ -259,12 +312,13 @@ def kernel_timings(
 
 
 def default_names() -> list[str]:
-    """Policies in the order the tables show them."""
+    """Policies in the order the tables show them.
+
+    Examples
+    --------
+    >>> default_names()[:4]
+    ['ecf', 'mwm', 'ms-ecf', 'ms-ml']
+    """
     order = ["ecf", "mwm", "ms-ecf", "ms-ml", "fcfs", "rand", "uar", "hdf",
              "first-ios", "random-ios", "hash-ios"]  # fmt: skip
     return [p for p in order if p in policies()]
-
-
-def cost_for_bench(cost: str | None) -> CostModel:
-    """The cost model named on the command line (default cluster2004, the paper's)."""
-    return get_cost_model(cost)

@@ -66,7 +66,10 @@ def _progress() -> Progress:
 
 @app.command("policies")
 def policies_cmd() -> None:
-    """List the scheduling policies with their origin and options."""
+    """List the scheduling policies with their origin and options.
+
+    Example: ``iorch policies``
+    """
     t = Table(title="policies")
     for col in ("name", "kind", "what it does", "origin", "options"):
         t.add_column(col, overflow="fold")
@@ -89,7 +92,10 @@ def schedule_cmd(
     out: Annotated[Path | None, typer.Option(help="Write the plan as CSV here.")] = None,
     gantt: Annotated[Path | None, typer.Option(help="Draw a Gantt chart PNG here.")] = None,
 ) -> None:
-    """Schedule a TransferSet with one policy; print makespan, lower bound and ratio."""
+    """Schedule a TransferSet with one policy; print makespan, lower bound and ratio.
+
+    Example: ``iorch schedule --transfers t.csv --policy ecf --out plan.csv --gantt plan.png``
+    """
     try:
         ts = _load(transfers)
         opts = {} if block_size is None else {"block_size": block_size}
@@ -128,7 +134,10 @@ def workload_bidding(
     clients: Annotated[int, typer.Option(help="Number of clients.")] = 256,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
-    """The bidding paper's workload (busy I/O nodes, 32 MiB / 128 KiB transfers)."""
+    """The bidding paper's workload (busy I/O nodes, 32 MiB / 128 KiB transfers).
+
+    Example: ``iorch workload bidding --out t.csv --ionodes 32 --busy 0.3 --large 0.1``
+    """
     from .workload import bidding_workload
 
     try:
@@ -161,7 +170,10 @@ def bench_schedulers(
         int | None, typer.Option(help="Transfers in the large timing set (default 1e6; 1e5 quick).")
     ] = None,
 ) -> None:
-    """Rerun the bidding paper's sweeps for every policy and time every kernel."""
+    """Rerun the bidding paper's sweeps for every policy and time every kernel.
+
+    Example: ``iorch bench schedulers --quick --out out/demo``
+    """
     from . import bench
     from .plots import close, sweep_plot
 
@@ -276,7 +288,10 @@ def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float, oracl
 def cost_cmd(
     preset: Annotated[str, typer.Argument(help="Preset name.")] = "cluster2004",
 ) -> None:
-    """Print a cost-model preset as JSON (edit it and pass the file with --cost)."""
+    """Print a cost-model preset as JSON (edit it and pass the file with --cost).
+
+    Example: ``iorch cost modern > modern.json``
+    """
     try:
         console.print_json(json.dumps(get_cost_model(preset).to_dict()))
     except USER_ERRORS as e:
@@ -284,7 +299,7 @@ def cost_cmd(
 
 
 def main() -> None:
-    """Entry point of the ``iorch`` console script."""
+    """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     app()
 
 

@@ -218,12 +218,28 @@ class Plan:
         return self.transfers.total_bytes / self.total_seconds
 
     def ionode_busy(self) -> npt.NDArray[np.float64]:
-        """Seconds each I/O node spends moving data."""
+        """Seconds each I/O node spends moving data.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> ts = orc.TransferSet([0, 1], [0, 0], [3, 4])
+        >>> orc.schedule(ts, "ecf", cost=orc.CostModel(1.0, 1.0)).ionode_busy().tolist()
+        [7.0]
+        """
         busy = np.bincount(self.ionode, weights=self.durations, minlength=self.transfers.n_ionodes)
         return busy.astype(np.float64)
 
     def idle_fraction(self) -> npt.NDArray[np.float64]:
-        """Fraction of the makespan each I/O node is idle."""
+        """Fraction of the makespan each I/O node is idle.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> ts = orc.TransferSet([0, 0], [0, 1], [3, 1])
+        >>> orc.schedule(ts, "ecf", cost=orc.CostModel(1.0, 1.0)).idle_fraction().tolist()
+        [0.25, 0.75]
+        """
         return 1.0 - self.ionode_busy() / self.makespan
 
     # ------------------------------------------------------------- sequences
@@ -240,7 +256,15 @@ class Plan:
         return self.order[self.client[self.order] == client]
 
     def ionode_sequence(self, ionode: int) -> npt.NDArray[np.int64]:
-        """Unit ids served by I/O node ``ionode``, in order."""
+        """Unit ids served by I/O node ``ionode``, in order.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> ts = orc.TransferSet([0, 1, 2], [0, 0, 0], [3, 1, 2])
+        >>> orc.schedule(ts, "ecf").ionode_sequence(0).tolist()
+        [1, 2, 0]
+        """
         return self.order[self.ionode[self.order] == ionode]
 
     # ------------------------------------------------------------ validation
@@ -323,6 +347,15 @@ class Plan:
 
         Block-splitting plans add an ``offset`` column (the piece's byte
         offset in its transfer).
+
+        Examples
+        --------
+        >>> import tempfile, pathlib, orchestrator as orc
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "plan.csv"
+        >>> plan = orc.schedule(orc.TransferSet([0], [0], [5]), "ecf", cost=orc.CostModel(1.0, 1.0))
+        >>> plan.to_csv(p)
+        >>> p.read_text().splitlines()
+        ['transfer,client,ionode,nbytes,start,end', '0,0,0,5,0.0,5.0']
         """
         o = self.order
         cols = [self.parent[o], self.client[o], self.ionode[o], self.nbytes[o]]

@@ -31,7 +31,13 @@ def _pyplot() -> Any:
 
 
 def close(fig: Figure) -> None:
-    """Release a figure returned by the functions here (pyplot keeps them alive otherwise)."""
+    """Release a figure returned by the functions here (pyplot keeps them alive otherwise).
+
+    Examples
+    --------
+    >>> fig = sweep_plot([1, 2], {"ecf": [3.0, 4.0]}, "x", "y", "t")
+    >>> close(fig)
+    """
     _pyplot().close(fig)
 
 

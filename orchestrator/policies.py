@@ -238,7 +238,13 @@ def policies() -> dict[str, Policy]:
 
 
 def get_policy(name: str) -> Policy:
-    """The registered policy called ``name``; an error lists the known ones."""
+    """The registered policy called ``name``; an error lists the known ones.
+
+    Examples
+    --------
+    >>> get_policy("ms-ecf").kind
+    'bidding'
+    """
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):

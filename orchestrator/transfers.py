@@ -191,7 +191,7 @@ class TransferSet:
             return cls.from_arrays(data, **kwargs)
 
     def save_npz(self, path: str | os.PathLike[str]) -> None:
-        """Write the three columns to ``path`` (NumPy ``.npz``)."""
+        """Write the three columns to ``path`` (NumPy ``.npz``); see :meth:`load_npz`."""
         np.savez(path, client=self.client, ionode=self.ionode, nbytes=self.nbytes)
 
     @classmethod
@@ -235,7 +235,16 @@ class TransferSet:
             raise TransferSetError(f"{path}: {err} (index 0 is line 2)") from None
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write ``client,ionode,nbytes`` rows in transfer order."""
+        """Write ``client,ionode,nbytes`` rows in transfer order.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+        >>> TransferSet([0, 1], [1, 0], [7, 8]).to_csv(p)
+        >>> p.read_text().splitlines()
+        ['client,ionode,nbytes', '0,1,7', '1,0,8']
+        """
         _write_rows(
             path,
             ("client", "ionode", "nbytes"),
