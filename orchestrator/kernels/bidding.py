@@ -12,18 +12,6 @@ from .rng import below
 
 
 @njit(cache=True)
-def _sort_small(a, n):
-    """Insertion sort of ``a[:n]`` in place (n is at most the number of I/O nodes)."""
-    for i in range(1, n):
-        v = a[i]
-        j = i - 1
-        while j >= 0 and a[j] > v:
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = v
-
-
-@njit(cache=True)
 def _client_lists(client, key, n_clients, ordered=True):
     """Units grouped by client, each group sorted by (key, id): (units, start offsets).
 
@@ -76,7 +64,6 @@ def _sorted_bidding(client, ionode, d, n_clients, n_ionodes, greedy_ecf):
         if ptr[c + 1] > ptr[c]:
             active[na] = c
             na += 1
-    touched = np.empty(n_ionodes, dtype=np.int64)
     accepted = np.empty(min(n_clients, n_ionodes), dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
     m = 0
@@ -85,7 +72,6 @@ def _sorted_bidding(client, ionode, d, n_clients, n_ionodes, greedy_ecf):
     while na > 0:
         rounds += 1
         messages += 2 * na
-        nt = 0
         for i in range(na):
             c = active[i]
             u = units[head[c]]
@@ -97,16 +83,16 @@ def _sorted_bidding(client, ionode, d, n_clients, n_ionodes, greedy_ecf):
             else:
                 k = load[c]
                 better = best[s] == -1 or k > bestkey[s] or (k == bestkey[s] and u < best[s])
-            if best[s] == -1:
-                touched[nt] = s
-                nt += 1
             if better:
                 best[s] = u
                 bestkey[s] = k
-        for i in range(nt):
-            s = touched[i]
+        nt = 0
+        for s in range(n_ionodes):  # answer in increasing I/O node id
             u = best[s]
-            accepted[i] = u
+            if u == -1:
+                continue
+            accepted[nt] = u
+            nt += 1
             best[s] = -1
             c = client[u]
             head[c] += 1
@@ -115,7 +101,6 @@ def _sorted_bidding(client, ionode, d, n_clients, n_ionodes, greedy_ecf):
                 sfree[s] = bestkey[s]
             else:
                 load[c] -= d[u]
-        _sort_small(accepted, nt)
         order[m : m + nt] = accepted[:nt]
         m += nt
         j = 0
@@ -151,6 +136,13 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
     """
     n = client.size
     units, ptr = _client_lists(client, np.zeros(0, dtype=np.float64), n_clients, False)
+    # pending entries pack (unit, I/O node) so a draw costs one memory access
+    shift = 1
+    while (1 << shift) < n_ionodes:
+        shift += 1
+    mask = (1 << shift) - 1
+    for k in range(n):
+        units[k] = (units[k] << shift) | ionode[units[k]]
     length = ptr[1:] - ptr[:-1]
     active = np.empty(n_clients, dtype=np.int64)
     na = 0
@@ -158,11 +150,12 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
         if length[c] > 0:
             active[na] = c
             na += 1
-    prop_unit = np.empty(n_clients, dtype=np.int64)
+    prop = np.empty(n_clients, dtype=np.int64)
     prop_pos = np.empty(n_clients, dtype=np.int64)
     cnt = np.zeros(n_ionodes + 1, dtype=np.int64)
     fill = np.empty(n_ionodes, dtype=np.int64)
     grouped = np.empty(n_clients, dtype=np.int64)
+    winners = np.empty(min(n_clients, n_ionodes), dtype=np.int64)
     accepted = np.empty(min(n_clients, n_ionodes), dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
     m = 0
@@ -176,14 +169,14 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
             c = active[i]
             p = below(state, length[c])
             prop_pos[c] = p
-            prop_unit[c] = units[ptr[c] + p]
-            cnt[ionode[prop_unit[c]] + 1] += 1
+            prop[c] = units[ptr[c] + p]
+            cnt[(prop[c] & mask) + 1] += 1
         for s in range(n_ionodes):
             cnt[s + 1] += cnt[s]
         fill[:] = cnt[:-1]
         for i in range(na):  # stable: clients stay in increasing id within an I/O node
             c = active[i]
-            s = ionode[prop_unit[c]]
+            s = prop[c] & mask
             grouped[fill[s]] = c
             fill[s] += 1
         nacc = 0
@@ -199,14 +192,14 @@ def _random_bidding(client, ionode, n_clients, n_ionodes, state, highest_degree)
                         win = c
             else:
                 win = grouped[cnt[s] + below(state, k)]
-            accepted[nacc] = prop_unit[win]
+            winners[nacc] = win
+            accepted[nacc] = prop[win] >> shift
             nacc += 1
         for i in range(nacc):
-            c = client[accepted[i]]
+            c = winners[i]
             last = ptr[c] + length[c] - 1
             units[ptr[c] + prop_pos[c]] = units[last]
             length[c] -= 1
-        _sort_small(accepted, nacc)
         order[m : m + nacc] = accepted[:nacc]
         m += nacc
         j = 0

@@ -10,7 +10,7 @@ simulation, and that pop order list-schedules to the same times.
 import numpy as np
 from numba import njit
 
-from .heap import pop, push
+from .heap import pop, push, replace_top
 from .rng import below
 
 
@@ -134,7 +134,8 @@ def serve_fifo(seq, ptr, ionode, d, n_clients, n_ionodes):
     order = np.empty(n, dtype=np.int64)
     m = 0
     while size > 0:
-        arrival, c, size = pop(keys, ids, size)
+        arrival = keys[0]
+        c = ids[0]
         u = seq[cursor[c]]
         cursor[c] += 1
         s = ionode[u]
@@ -143,5 +144,7 @@ def serve_fifo(seq, ptr, ionode, d, n_clients, n_ionodes):
         order[m] = u
         m += 1
         if cursor[c] < ptr[c + 1]:
-            size = push(keys, ids, size, t + d[u], c)
+            replace_top(keys, ids, size, t + d[u], c)  # the client's next arrival
+        else:
+            _, _, size = pop(keys, ids, size)
     return order

@@ -2,7 +2,7 @@
 
 Every round each client with pending units sends one proposal to the I/O node
 of the proposed unit; every I/O node with proposals accepts one. Accepted units
-are appended in increasing unit index within a round. messages = 2 * proposals.
+are appended in increasing I/O node id within a round. messages = 2 * proposals.
 """
 
 from .common import n_of, normalise
@@ -63,7 +63,7 @@ def ms_ml(client, ionode, d) -> tuple[list[int], int, int]:
         for u in accepted:
             pending[client[u]].remove(u)
             load[client[u]] -= d[u]
-        order.extend(sorted(accepted))
+        order.extend(accepted)  # I/O nodes were visited in increasing id
     return order, rounds, 2 * proposals_sent
 
 
@@ -110,7 +110,7 @@ def ms_ecf(client, ionode, d) -> tuple[list[int], int, int]:
             client_free[client[u]] = completion
             ionode_free[ionode[u]] = completion
             pending[client[u]].remove(u)
-        order.extend(sorted(u for u, _ in accepted))
+        order.extend(u for u, _ in accepted)  # in increasing I/O node id
     return order, rounds, 2 * proposals_sent
 
 
@@ -154,15 +154,13 @@ def _random_proposals(client, ionode, d, seed, ionode_rule: str) -> tuple[list[i
             else:
                 raise ValueError(ionode_rule)
 
-        # 3. swap-remove accepted units, clients in increasing id
-        accepted: list[int] = []
+        # 3. append accepted units in increasing I/O node id, then swap-remove
+        #    them from their clients' lists (clients in increasing id)
+        order.extend(lists[c][position[c]] for c in winners)
         for c in sorted(winners):
             lst = lists[c]
-            p = position[c]
-            accepted.append(lst[p])
-            lst[p] = lst[-1]
+            lst[position[c]] = lst[-1]
             lst.pop()
-        order.extend(sorted(accepted))
     return order, rounds, 2 * proposals_sent
 
 
