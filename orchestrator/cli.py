@@ -162,7 +162,8 @@ def bench_schedulers(
     ] = None,
     cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
     out: Annotated[Path, typer.Option(help="Folder for CSV and PNG output.")] = Path("out/bench"),
-    timings: Annotated[bool, typer.Option(help="Also time kernels against the oracles.")] = True,
+    sweeps: Annotated[bool, typer.Option(help="Run the paper's three sweeps.")] = True,
+    timings: Annotated[bool, typer.Option(help="Time kernels against the oracles.")] = True,
     oracle_budget: Annotated[
         float | None, typer.Option(help="Seconds each oracle may run (default 120; 2 if quick).")
     ] = None,
@@ -184,14 +185,14 @@ def bench_schedulers(
     n_seeds = seeds if seeds is not None else (1 if quick else 3)
     out.mkdir(parents=True, exist_ok=True)
     names = bench.default_names()
-    sweeps = bench.paper_sweeps(quick)
+    sweep_list = bench.paper_sweeps(quick)
     console.print(
         f"[bold]bench schedulers[/]: cost model {cm.name}, {n_seeds} seed(s) per point, "
         f"{len(names)} policies; throughput = bytes / (scheduling + makespan), in MB/s"
     )
     rows = []
     with _progress() as prog:
-        for sw in sweeps:
+        for sw in sweep_list if sweeps else []:
             task = prog.add_task(f"sweep {sw.name}", total=len(sw.xs) * n_seeds * len(names))
             res = bench.run_sweep(sw, names, range(n_seeds), cm, partial(prog.advance, task))
             rows.extend(res.rows)
@@ -205,8 +206,9 @@ def bench_schedulers(
                 path=out / f"sweep_{sw.name}.png",
             )
             close(fig)
-    bench.write_rows(rows, out / "sweeps.csv")
-    console.print(f"raw rows in {out / 'sweeps.csv'}, plots in {out}/sweep_*.png")
+    if rows:
+        bench.write_rows(rows, out / "sweeps.csv")
+        console.print(f"raw rows in {out / 'sweeps.csv'}, plots in {out}/sweep_*.png")
     if timings:
         budget = oracle_budget if oracle_budget is not None else (2.0 if quick else 120.0)
         n_large = large if large is not None else (100_000 if quick else 1_000_000)
