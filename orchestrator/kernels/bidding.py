@@ -8,6 +8,7 @@ clients + I/O nodes), so a run costs O(rounds * (C + S) + E log E).
 import numpy as np
 from numba import njit
 
+from .groups import group_by
 from .rng import below
 
 
@@ -20,17 +21,7 @@ def _client_lists(client, key, n_clients, ordered=True):
     A counting sort groups by client (ids stay increasing), then each short
     group is sorted stably on its own: cheaper than one global sort.
     """
-    n = client.size
-    cnt = np.zeros(n_clients + 1, dtype=np.int64)
-    for u in range(n):
-        cnt[client[u] + 1] += 1
-    for c in range(n_clients):
-        cnt[c + 1] += cnt[c]
-    fill = cnt[:-1].copy()
-    units = np.empty(n, dtype=np.int64)
-    for u in range(n):
-        units[fill[client[u]]] = u
-        fill[client[u]] += 1
+    units, cnt = group_by(client, n_clients)
     for c in range(n_clients if ordered else 0):
         lo, hi = cnt[c], cnt[c + 1]
         if hi - lo > 1:

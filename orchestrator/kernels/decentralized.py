@@ -10,55 +10,28 @@ simulation, and that pop order list-schedules to the same times.
 import numpy as np
 from numba import njit
 
+from .groups import group_by
 from .heap import pop, push, replace_top
 from .rng import below
 
 
 @njit(cache=True)
 def _by_client_node(client, ionode, n_clients, n_ionodes):
-    """Units sorted by (client, I/O node, id) and the CSR bounds of each (client, node) group."""
-    n = client.size
-    cnt = np.zeros(n_clients * n_ionodes + 1, dtype=np.int64)
-    for u in range(n):
-        cnt[client[u] * n_ionodes + ionode[u] + 1] += 1
-    for g in range(n_clients * n_ionodes):
-        cnt[g + 1] += cnt[g]
-    fill = cnt[:-1].copy()
-    units = np.empty(n, dtype=np.int64)
-    for u in range(n):
-        g = client[u] * n_ionodes + ionode[u]
-        units[fill[g]] = u
-        fill[g] += 1
-    return units, cnt
-
-
-@njit(cache=True)
-def _client_bounds(client, n_clients):
-    cnt = np.zeros(n_clients + 1, dtype=np.int64)
-    for u in range(client.size):
-        cnt[client[u] + 1] += 1
-    for c in range(n_clients):
-        cnt[c + 1] += cnt[c]
-    return cnt
+    """Units grouped by (client, I/O node), increasing id inside a group."""
+    return group_by(client * n_ionodes + ionode, n_clients * n_ionodes)
 
 
 @njit(cache=True)
 def first_ios_sequences(client, n_clients):
     """Each client's units in increasing id (transfers in order, pieces by offset)."""
-    ptr = _client_bounds(client, n_clients)
-    fill = ptr[:-1].copy()
-    seq = np.empty(client.size, dtype=np.int64)
-    for u in range(client.size):
-        seq[fill[client[u]]] = u
-        fill[client[u]] += 1
-    return seq, ptr
+    return group_by(client, n_clients)
 
 
 @njit(cache=True)
 def random_ios_sequences(client, ionode, n_clients, n_ionodes, state):
     """Each client picks a uniformly random I/O node that still has its pieces, piece by piece."""
     units, gptr = _by_client_node(client, ionode, n_clients, n_ionodes)
-    ptr = _client_bounds(client, n_clients)
+    ptr = group_by(client, n_clients)[1]
     seq = np.empty(client.size, dtype=np.int64)
     nodes = np.empty(n_ionodes, dtype=np.int64)
     head = gptr[:-1].copy()
@@ -85,7 +58,7 @@ def random_ios_sequences(client, ionode, n_clients, n_ionodes, state):
 def hash_ios_sequences(client, ionode, n_clients, n_ionodes):
     """Client ``c`` cycles over I/O nodes from ``c mod n_ionodes``, skipping exhausted ones."""
     units, gptr = _by_client_node(client, ionode, n_clients, n_ionodes)
-    ptr = _client_bounds(client, n_clients)
+    ptr = group_by(client, n_clients)[1]
     seq = np.empty(client.size, dtype=np.int64)
     head = gptr[:-1].copy()
     nodes = np.empty(n_ionodes, dtype=np.int64)
