@@ -143,8 +143,11 @@ def sweep_plot(
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, ys in series.items():
-        ax.plot(list(x), list(ys), marker="o", label=name)
+    colours = plt.get_cmap("tab20").colors
+    markers = "osD^vP*Xh<>p"
+    for i, (name, ys) in enumerate(series.items()):
+        ax.plot(list(x), list(ys), marker=markers[i % len(markers)], label=name,
+                color=colours[(2 * i) % 20 + (i // 10) % 2])  # fmt: skip
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
