@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from .bench import BIDDING, SweepResult, Timing
 from .cost import CostModel, CostModelError, get_cost_model
+from .files import atomic_path
 from .plan import PlanError
 from .policies import PolicyError, policies, schedule
 from .transfers import TransferSet, TransferSetError
@@ -101,13 +103,15 @@ def schedule_cmd(
         opts = {} if block_size is None else {"block_size": block_size}
         plan = schedule(ts, policy, cost=_cost(cost), seed=seed, **opts)
         plan.validate()
-        if out is not None:
-            plan.to_csv(out)
-        if gantt is not None:
-            from .plots import close
-            from .plots import gantt as draw
+        # both outputs or neither: each is written aside and renamed at the end
+        with ExitStack() as outputs:
+            if out is not None:
+                plan.to_csv(outputs.enter_context(atomic_path(out)))
+            if gantt is not None:
+                from .plots import close
+                from .plots import gantt as draw
 
-            close(draw(plan, path=gantt))
+                close(draw(plan, path=outputs.enter_context(atomic_path(gantt))))
     except USER_ERRORS as e:
         raise _fail(str(e)) from None
     t = Table(title=f"{plan.policy} on {transfers.name} ({plan.cost.name} cost model)")
@@ -158,17 +162,19 @@ def bench_schedulers(
         bool, typer.Option(help="Fewer sweep points, one seed, smaller sets.")
     ] = False,
     seeds: Annotated[
-        int | None, typer.Option(help="Seeds per point (default 3; 1 if quick).")
+        int | None, typer.Option(min=1, help="Seeds per point (default 3; 1 if quick).")
     ] = None,
     cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
     out: Annotated[Path, typer.Option(help="Folder for CSV and PNG output.")] = Path("out/bench"),
     sweeps: Annotated[bool, typer.Option(help="Run the paper's three sweeps.")] = True,
     timings: Annotated[bool, typer.Option(help="Time kernels against the oracles.")] = True,
     oracle_budget: Annotated[
-        float | None, typer.Option(help="Seconds each oracle may run (default 120; 2 if quick).")
+        float | None,
+        typer.Option(min=0.1, help="Seconds each oracle may run (default 120; 2 if quick)."),
     ] = None,
     large: Annotated[
-        int | None, typer.Option(help="Transfers in the large timing set (default 1e6; 1e5 quick).")
+        int | None,
+        typer.Option(min=1, help="Transfers in the large timing set (default 1e6; 1e5 quick)."),
     ] = None,
 ) -> None:
     """Rerun the bidding paper's sweeps for every policy and time every kernel.

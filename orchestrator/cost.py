@@ -159,10 +159,15 @@ class CostModel:
         >>> CostModel.from_dict({"network_bandwidth": 2.0, "disk_bandwidth": 1.0}).bandwidth
         1.0
         """
+        if not isinstance(data, dict):
+            raise CostModelError(f"a cost model must be a mapping of fields, got {data!r}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise CostModelError(f"unknown cost-model field(s) {unknown}; known: {sorted(known)}")
+        missing = [k for k in ("network_bandwidth", "disk_bandwidth") if k not in data]
+        if missing:
+            raise CostModelError(f"cost model lacks required field(s) {missing}")
         return cls(**data)
 
     def to_json(self) -> str:
@@ -184,7 +189,11 @@ class CostModel:
         >>> CostModel.from_json('{"network_bandwidth": 5, "disk_bandwidth": 5}').latency
         0.0
         """
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CostModelError(f"cost model is not valid JSON: {err}") from None
+        return cls.from_dict(data)
 
 
 MB = 1e6

@@ -271,9 +271,13 @@ class Plan:
     def validate(self, rtol: float = 1e-9) -> None:
         """Prove the plan is executable and complete; raise :class:`PlanError` if not.
 
-        Checks: the order is a permutation of the units; the units of every
-        transfer tile its bytes exactly once; each unit lasts its cost-model
-        duration; and no client or I/O node runs two units at once.
+        Checks, each against the TransferSet and cost model rather than the
+        plan's own derived data: the order is a permutation of the units;
+        every unit names its transfer's client and I/O node; the units of
+        every transfer tile its bytes exactly once from offset 0 (pieces no
+        larger than ``block_size``); each unit's duration is the cost model's;
+        and in the list schedule of the order no client or I/O node runs two
+        units at once.
 
         Examples
         --------
@@ -281,29 +285,63 @@ class Plan:
         >>> orc.schedule(orc.TransferSet([0, 1], [0, 0], [5, 6]), "uar", block_size=2).validate()
         """
         n = self.n_units
-        seen = np.bincount(self.order, minlength=n) if self.order.size else np.zeros(n, int)
-        if self.order.size != n or seen.size != n or (seen != 1).any():
-            bad = int(np.argmax(seen != 1)) if seen.size == n else n
-            raise PlanError(f"order is not a permutation of {n} units (unit {bad} appears wrongly)")
         ts = self.transfers
+        order = np.asarray(self.order)
+        if order.dtype.kind not in "iu":
+            raise PlanError(f"order must hold integer unit ids, got dtype {order.dtype}")
+        if order.size != n or (n and (order.min() < 0 or order.max() >= n)):
+            raise PlanError(f"order is not a permutation of {n} units (ids outside 0..{n - 1})")
+        seen = np.bincount(order, minlength=n)
+        if (seen != 1).any():
+            bad = int(np.argmax(seen != 1))
+            raise PlanError(
+                f"order is not a permutation of {n} units (unit {bad} appears {seen[bad]} times)"
+            )
+        parent = self.parent
+        if parent.size and (parent.min() < 0 or parent.max() >= len(ts)):
+            raise PlanError(f"units name transfers outside 0..{len(ts) - 1}")
+        for name, col, truth in (
+            ("client", self.client, ts.client),
+            ("ionode", self.ionode, ts.ionode),
+        ):
+            wrong = col != truth[parent]
+            if wrong.any():
+                u = int(np.argmax(wrong))
+                raise PlanError(
+                    f"unit {u}: {name} {col[u]} but its transfer {parent[u]} has {truth[parent[u]]}"
+                )
+        size_ok = self.nbytes > 0
+        if self.block_size is not None:
+            size_ok &= self.nbytes <= self.block_size
+        if not size_ok.all():
+            u = int(np.argmax(~size_ok))
+            raise PlanError(f"unit {u}: {self.nbytes[u]} bytes is not a valid piece size")
         covered = np.zeros(len(ts), dtype=np.int64)
-        np.add.at(covered, self.parent, self.nbytes)
+        np.add.at(covered, parent, self.nbytes)
         if not np.array_equal(covered, ts.nbytes):
             i = int(np.argmax(covered != ts.nbytes))
             raise PlanError(f"transfer {i}: pieces cover {covered[i]} of {ts.nbytes[i]} bytes")
-        by = np.lexsort((self.offset, self.parent))
-        nxt_same = self.parent[by][1:] == self.parent[by][:-1]
+        by = np.lexsort((self.offset, parent))
+        first = np.ones(n, dtype=bool)
+        first[1:] = parent[by][1:] != parent[by][:-1]
+        if (self.offset[by][first] != 0).any():
+            i = int(parent[by][first][self.offset[by][first] != 0][0])
+            raise PlanError(f"transfer {i}: its first piece does not start at offset 0")
         gap = (self.offset[by] + self.nbytes[by])[:-1] != self.offset[by][1:]
-        if (nxt_same & gap).any():
-            i = int(self.parent[by][1:][nxt_same & gap][0])
+        if (~first[1:] & gap).any():
+            i = int(parent[by][1:][~first[1:] & gap][0])
             raise PlanError(f"transfer {i}: pieces overlap or leave a gap")
-        start, end = self.start, self.end
-        tol = rtol * max(self.makespan, 1.0)
-        if (np.abs(end - start - self.durations) > tol).any():
-            u = int(np.argmax(np.abs(end - start - self.durations) > tol))
+        expected = self.cost.duration(self.nbytes, split=self.block_size is not None)
+        off = ~np.isclose(self.durations, expected, rtol=1e-12, atol=0.0)
+        if off.any():
+            u = int(np.argmax(off))
             raise PlanError(
-                f"unit {u}: lasts {end[u] - start[u]} s, cost model says {self.durations[u]}"
+                f"unit {u}: duration {self.durations[u]} s, the cost model says {expected[u]} s"
             )
+        start, end = self.start, self.end
+        # overlaps shorter than a billionth of the makespan are float noise,
+        # but never accept one as long as half the shortest unit
+        tol = min(rtol * self.makespan, 0.5 * float(self.durations.min()))
         for name, owner in (("client", self.client), ("ionode", self.ionode)):
             by = np.lexsort((start, owner))
             same = owner[by][1:] == owner[by][:-1]

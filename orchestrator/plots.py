@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .files import atomic_path
 from .plan import Plan
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ def gantt(
     ax.set_title(head, fontsize=10)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=110)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
     return fig
 
 
@@ -155,5 +157,6 @@ def sweep_plot(
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=110)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
     return fig

@@ -47,6 +47,8 @@ class Policy:
 
 
 KiB = 1024
+#: Most units (transfers or pieces) one plan may hold: ~60 bytes each in memory.
+MAX_UNITS = 500_000_000
 _BLOCK = "block_size (bytes, default {0}): transfers are cut into pieces of this size"
 
 
@@ -207,7 +209,7 @@ _REGISTRY: dict[str, Policy] = {
         ),
         Policy(
             "hash-ios",
-            "Decentralized: client i sends its j-th block to I/O node (i + j) mod n.",
+            "Decentralized: client i cycles over I/O nodes from i mod n, skipping exhausted ones.",
             f"{_ISAILA}, sec. 6",
             "decentralized",
             False,
@@ -305,8 +307,8 @@ def schedule(
         raise PolicyError(f"transfers must be a TransferSet, got {type(transfers).__name__}")
     p = get_policy(policy)
     cm = get_cost_model(cost)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise PolicyError(f"seed must be an integer >= 0, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**64:
+        raise PolicyError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     unknown = sorted(set(options) - set(p.parameters))
     if unknown:
         raise PolicyError(
@@ -318,9 +320,15 @@ def schedule(
         block_size = options.get("block_size", p.default_block_size)
         if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
             raise PolicyError(f"block_size must be a positive integer, got {block_size!r}")
-        if block_size <= 0:
+        if not 0 < block_size < 2**62:
             raise PolicyError(f"block_size must be a positive integer, got {block_size!r}")
         block_size = int(block_size)
+        pieces = int(((transfers.nbytes - 1) // block_size + 1).sum())
+        if pieces > MAX_UNITS:
+            raise PolicyError(
+                f"block_size={block_size} cuts these {len(transfers)} transfers into {pieces:,} "
+                f"pieces, more than the {MAX_UNITS:,} a plan may hold; use a larger block_size"
+            )
     seed = int(seed)
     units = Units.of(transfers, cm, block_size)
     _warm_up(p)

@@ -12,11 +12,30 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .files import atomic_path
+
 __all__ = ["TransferSet", "TransferSetError"]
 
 
 class TransferSetError(ValueError):
-    """A TransferSet was given invalid columns; the message names the column and index."""
+    """A TransferSet was given invalid columns; the message names the column and index.
+
+    ``index`` is the offending row (``None`` when the error is not about one row).
+    """
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+#: Largest client / I/O-node count: kernels keep per-node arrays.
+MAX_NODES = 2**31 - 1
+
+
+def _bad(name: str, value: Any, i: int, what: str) -> TransferSetError:
+    shown = value.item() if isinstance(value, np.generic) else value
+    return TransferSetError(f"column {name!r}: value {shown!r} at index {i} {what}", index=i)
 
 
 def _as_int_column(name: str, values: Any) -> npt.NDArray[np.int64]:
@@ -25,29 +44,28 @@ def _as_int_column(name: str, values: Any) -> npt.NDArray[np.int64]:
         raise TransferSetError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind == "O":  # Python ints beyond int64, None, mixed objects
+        for i, v in enumerate(arr):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer):
+                raise _bad(name, v, i, "is not an integer")
+            if not -INT64_MAX - 1 <= int(v) <= INT64_MAX:
+                raise _bad(name, v, i, "does not fit in int64")
+        return arr.astype(np.int64)
     if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
-        raise TransferSetError(
-            f"column {name!r} must hold integers, got dtype {arr.dtype} "
-            f"(first value {arr[0].item()!r})"
-        )
+        raise _bad(name, arr[0], 0, f"is not an integer (column dtype {arr.dtype})")
     if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise TransferSetError(
-                f"column {name!r}: value {arr[i].item()!r} at index {i} is not finite"
-            )
-        frac = arr != np.floor(arr)
-        if frac.any():
-            i = int(np.argmax(frac))
-            raise TransferSetError(
-                f"column {name!r}: value {arr[i].item()!r} at index {i} is not an integer"
-            )
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        i = int(np.argmax(arr > np.iinfo(np.int64).max))
-        raise TransferSetError(
-            f"column {name!r}: value {arr[i].item()!r} at index {i} overflows int64"
+        checks = (
+            (~np.isfinite(arr), "is not finite"),
+            (arr != np.floor(arr), "is not an integer"),
+            (np.abs(arr) >= 2.0**63, "does not fit in int64"),
         )
+        for bad, what in checks:
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise _bad(name, arr[i], i, what)
+    if arr.dtype.kind == "u" and int(arr.max()) > INT64_MAX:
+        i = int(np.argmax(arr > INT64_MAX))
+        raise _bad(name, arr[i], i, "does not fit in int64")
     return arr.astype(np.int64)
 
 
@@ -115,14 +133,19 @@ class TransferSet:
         if c.size == 0:
             raise TransferSetError("empty TransferSet: there is nothing to schedule")
         for name, col in (("client", c), ("ionode", s)):
-            neg = col < 0
-            if neg.any():
-                i = int(np.argmax(neg))
-                raise TransferSetError(f"column {name!r}: value {col[i]} at index {i} must be >= 0")
+            for bad, what in (
+                (col < 0, "must be >= 0"),
+                (col >= MAX_NODES, f"must be < {MAX_NODES}"),
+            ):
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise _bad(name, col[i], i, what)
         nonpos = b <= 0
         if nonpos.any():
             i = int(np.argmax(nonpos))
-            raise TransferSetError(f"column 'nbytes': value {b[i]} at index {i} must be > 0")
+            raise _bad("nbytes", b[i], i, "must be > 0")
+        if float(b.sum(dtype=np.float64)) > INT64_MAX:
+            raise TransferSetError("column 'nbytes': the total exceeds 2**63 - 1 bytes")
         nc = _count("n_clients", "client", c, n_clients)
         ns = _count("n_ionodes", "ionode", s, n_ionodes)
         for col in (c, s, b):
@@ -192,7 +215,8 @@ class TransferSet:
 
     def save_npz(self, path: str | os.PathLike[str]) -> None:
         """Write the three columns to ``path`` (NumPy ``.npz``); see :meth:`load_npz`."""
-        np.savez(path, client=self.client, ionode=self.ionode, nbytes=self.nbytes)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, client=self.client, ionode=self.ionode, nbytes=self.nbytes)
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str], **kwargs: Any) -> TransferSet:
@@ -210,6 +234,7 @@ class TransferSet:
         """
         path = Path(path)
         cols: dict[str, list[int]] = {"client": [], "ionode": [], "nbytes": []}
+        lines: list[int] = []  # file line of each row (blank lines are skipped)
         with path.open(newline="") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
@@ -220,6 +245,7 @@ class TransferSet:
                     "expected 'client,ionode,nbytes'"
                 )
             for row in reader:
+                lines.append(reader.line_num)
                 for k in cols:
                     text = (row[k] or "").strip()
                     try:
@@ -232,7 +258,8 @@ class TransferSet:
         try:
             return cls(cols["client"], cols["ionode"], cols["nbytes"], **kwargs)
         except TransferSetError as err:
-            raise TransferSetError(f"{path}: {err} (index 0 is line 2)") from None
+            where = f"{path}, line {lines[err.index]}" if err.index is not None else f"{path}"
+            raise TransferSetError(f"{where}: {err}", index=err.index) from None
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
         """Write ``client,ionode,nbytes`` rows in transfer order.
@@ -258,16 +285,16 @@ def _count(field: str, column: str, col: npt.NDArray[np.int64], given: int | Non
         return needed
     if isinstance(given, bool) or not isinstance(given, int | np.integer):
         raise TransferSetError(f"{field} must be an integer, got {given!r}")
+    if given > MAX_NODES:
+        raise TransferSetError(f"{field}={given} is more than the supported {MAX_NODES}")
     if given < needed:
         i = int(np.argmax(col >= given))
-        raise TransferSetError(
-            f"column {column!r}: value {col[i]} at index {i} is out of range for {field}={given}"
-        )
+        raise _bad(column, col[i], i, f"is out of range for {field}={given}")
     return int(given)
 
 
 def _write_rows(path: str | os.PathLike[str], header: Iterable[str], rows: Iterable[Any]) -> None:
-    with open(path, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(header)
         for row in rows:

@@ -51,3 +51,12 @@ def test_unknown_preset_and_fields():
     assert get_cost_model("modern").replace(round_cost=1.0).round_cost == 1.0
     with pytest.raises(CostModelError):
         get_cost_model("modern").replace(round_cost=-1.0)
+
+
+def test_malformed_cost_model_input_is_named():
+    with pytest.raises(CostModelError, match=r"lacks required field\(s\) \['disk_bandwidth'\]"):
+        CostModel.from_dict({"network_bandwidth": 1.0})
+    with pytest.raises(CostModelError, match="must be a mapping"):
+        CostModel.from_json("[1, 2]")
+    with pytest.raises(CostModelError, match="not valid JSON"):
+        CostModel.from_json("{bandwidth: fast}")

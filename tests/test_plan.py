@@ -68,17 +68,45 @@ def test_validate_catches_pieces_that_do_not_tile_a_transfer():
         _broken(plan, units=dataclasses.replace(u, nbytes=short)).validate()
 
 
-def test_validate_catches_a_client_doing_two_things_at_once():
-    # A plan whose durations disagree with the timing it was derived from is caught,
-    # and a hand-made overlap (shrinking a duration after scheduling) is too.
+def test_validate_catches_units_that_disagree_with_their_transfer():
     plan = orc.schedule(FIG2, "ecf", cost=UNIT)
-    plan.start  # derive timing from the true durations  # noqa: B018
-    longer = plan.units.durations.copy()
-    longer[1] = 15.0  # unit 1 now ends at 15 on client 0 but the stored timing says 10
-    broken = _broken(plan, units=dataclasses.replace(plan.units, durations=longer))
-    object.__setattr__(broken, "_times", (plan.start, plan.start + longer))
+    wrong = plan.units.client.copy()
+    wrong[3] = 0  # transfer 3 belongs to client 1
+    with pytest.raises(orc.PlanError, match="unit 3: client 0 but its transfer 3 has 1"):
+        _broken(plan, units=dataclasses.replace(plan.units, client=wrong)).validate()
+    first = orc.schedule(FIG2, "uar", cost=UNIT, block_size=7)
+    shifted = first.units.offset + 1  # every piece one byte late: tiles [1, n + 1)
+    with pytest.raises(
+        orc.PlanError, match="transfer 0: its first piece does not start at offset 0"
+    ):
+        _broken(first, units=dataclasses.replace(first.units, offset=shifted)).validate()
+
+
+def test_validate_checks_durations_against_the_cost_model():
+    plan = orc.schedule(FIG2, "ecf", cost=UNIT)
+    fast = plan.units.durations.copy()
+    fast[0] = 0.1
+    with pytest.raises(orc.PlanError, match=r"unit 0: duration 0.1 s, the cost model says 30.0 s"):
+        _broken(plan, units=dataclasses.replace(plan.units, durations=fast)).validate()
+
+
+def test_validate_rejects_orders_that_are_not_unit_ids():
+    plan = orc.schedule(FIG2, "ecf", cost=UNIT)
+    with pytest.raises(orc.PlanError, match=r"ids outside 0\.\.3"):
+        _broken(plan, order=np.array([0, 1, 2, -1])).validate()
+    with pytest.raises(orc.PlanError, match="integer unit ids"):
+        _broken(plan, order=np.array([0.0, 1.0, 2.0, 3.0])).validate()
+
+
+def test_validate_catches_an_endpoint_doing_two_things_at_once():
+    # Timing is derived by list scheduling, so an overlap means the timing
+    # kernel is wrong; stand in for that by planting overlapping times.
+    plan = orc.schedule(FIG2, "ecf", cost=UNIT)
+    start = plan.start.copy()
+    start[0] = 5.0  # unit 0 (30 s on client 0) now overlaps unit 1 ([0, 10)) on client 0
+    object.__setattr__(plan, "_times", (start, start + plan.durations))
     with pytest.raises(orc.PlanError, match="client 0 runs units 1 and 0 at once"):
-        broken.validate()
+        plan.validate()
 
 
 def test_decentralized_plan_times_equal_the_event_driven_run():
@@ -122,8 +150,20 @@ def test_schedule_rejects_bad_input_by_name():
         orc.schedule(FIG2, "ecf", block_size=4)
     with pytest.raises(orc.PolicyError, match="block_size must be a positive integer, got 0"):
         orc.schedule(FIG2, "uar", block_size=0)
-    with pytest.raises(orc.PolicyError, match="seed must be an integer >= 0, got -1"):
+    with pytest.raises(orc.PolicyError, match=r"seed must be an integer in \[0, 2\*\*64\), got -1"):
         orc.schedule(FIG2, "rand", seed=-1)
+    with pytest.raises(orc.PolicyError, match="got 18446744073709551616"):
+        orc.schedule(FIG2, "rand", seed=2**64)
+    assert orc.schedule(FIG2, "rand", seed=2**64 - 1).n_units == 4
+    with pytest.raises(
+        orc.PolicyError, match="block_size must be a positive integer, got 4611686018427387904"
+    ):
+        orc.schedule(FIG2, "uar", block_size=2**62)
+    big = orc.TransferSet([0], [0], [2**40])
+    with pytest.raises(
+        orc.PolicyError, match=r"cuts these 1 transfers into 1,099,511,627,776 pieces"
+    ):
+        orc.schedule(big, "hdf", block_size=1)
     with pytest.raises(orc.PolicyError, match="must be a TransferSet"):
         orc.schedule([(0, 0, 1)], "ecf")
     with pytest.raises(orc.CostModelError, match="unknown cost preset"):

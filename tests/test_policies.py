@@ -127,9 +127,17 @@ def _oracle_order(policy, plan):
 
 @pytest.mark.parametrize("policy", [p for p in WHOLE if p != "mwm"])
 @MANY
-@given(cols=transfer_columns(), seed=st.integers(0, 10**9))
-def test_schedule_whole_transfers_matches_oracle(policy, cols, seed):
-    plan = orc.schedule(_ts(cols), policy, cost=UNIT, seed=seed)
+@given(
+    cols=transfer_columns(),
+    seed=st.integers(0, 10**9),
+    idle=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+)
+def test_schedule_whole_transfers_matches_oracle(policy, cols, seed, idle):
+    # idle clients / I/O nodes (counts above max id + 1) must change nothing
+    ts = orc.TransferSet(
+        *cols, n_clients=max(cols[0]) + 1 + idle[0], n_ionodes=max(cols[1]) + 1 + idle[1]
+    )
+    plan = orc.schedule(ts, policy, cost=UNIT, seed=seed)
     plan.validate()
     assert plan.order.tolist() == _oracle_order(policy, plan)
     assert plan.makespan == pytest.approx(max(list_schedule(plan.order, *cols)[1]))
@@ -142,8 +150,10 @@ def test_schedule_whole_transfers_matches_oracle(policy, cols, seed):
 @given(cols=transfer_columns(max_bytes=5000), seed=st.integers(0, 10**9), data=st.data())
 def test_schedule_block_policies_match_oracle(policy, cols, seed, data):
     block = data.draw(st.integers(max(1, max(cols[2]) // 6), max(cols[2]) + 1), label="block")
+    idle = data.draw(st.integers(0, 3), label="idle I/O nodes")
     cost = orc.CostModel(1.0, 1.0, network_latency=0.25, piece_overhead=0.5)
-    plan = orc.schedule(_ts(cols), policy, cost=cost, seed=seed, block_size=block)
+    ts = orc.TransferSet(*cols, n_ionodes=max(cols[1]) + 1 + idle)
+    plan = orc.schedule(ts, policy, cost=cost, seed=seed, block_size=block)
     plan.validate()
     parent, offset, size = split_pieces(cols[2], block)
     assert (plan.parent.tolist(), plan.offset.tolist(), plan.nbytes.tolist()) == (
@@ -187,3 +197,27 @@ def test_clusterfile_figure_1_hash_beats_first():
     kw = {"cost": UNIT, "block_size": 1}
     assert orc.schedule(ts, "first-ios", **kw).makespan == 3.0  # "Schedule 1"
     assert orc.schedule(ts, "hash-ios", **kw).makespan == 2.0  # "Schedule 2"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    seed=st.integers(0, 2**32),
+    data=st.data(),
+)
+def test_decentralized_sequences_on_sparse_wide_sets_match_oracles(n, seed, data):
+    # thousands of clients and I/O nodes but few transfers: the kernels switch
+    # from a dense (client, I/O node) counting sort to per-client sorting here
+    c = np.array(data.draw(st.lists(st.integers(0, 2999), min_size=n, max_size=n)), np.int64)
+    s = np.array(data.draw(st.lists(st.integers(0, 1999), min_size=n, max_size=n)), np.int64)
+    d = np.array(data.draw(st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=n, max_size=n)))
+    nc, ns = 3000, 2000
+    assert nc * ns > 4 * n + (1 << 20)
+    for (seq, ptr), (o_order, _, _) in (
+        (
+            decentralized.random_ios_sequences(c, s, nc, ns, make_state(seed)),
+            random_ios(c, s, d, seed),
+        ),
+        (decentralized.hash_ios_sequences(c, s, nc, ns), hash_ios(c, s, d, ns)),
+    ):
+        assert decentralized.serve_fifo(seq, ptr, s, d, nc, ns).tolist() == o_order

@@ -1,5 +1,7 @@
 """TransferSet: validation names the column and index; loaders round-trip."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -22,13 +24,18 @@ def test_columns_are_int64_and_read_only():
         ({"client": [0], "ionode": [0.5], "nbytes": [1]}, "column 'ionode': value 0.5 at index 0"),
         ({"client": [0, 1], "ionode": [0], "nbytes": [1, 1]}, "client=2, ionode=1, nbytes=2"),
         ({"client": [], "ionode": [], "nbytes": []}, "empty TransferSet"),
-        ({"client": ["a"], "ionode": [0], "nbytes": [1]}, "column 'client' must hold integers"),
+        ({"client": ["a"], "ionode": [0], "nbytes": [1]}, "column 'client': value 'a' at index 0 is not an integer"),
+        ({"client": [0, None], "ionode": [0, 0], "nbytes": [1, 1]}, "column 'client': value None at index 1 is not an integer"),
+        ({"client": [0], "ionode": [0], "nbytes": [10**23]}, "column 'nbytes': value 100000000000000000000000 at index 0 does not fit in int64"),
+        ({"client": [0], "ionode": [0], "nbytes": [1e19]}, "column 'nbytes': value 1e+19 at index 0 does not fit in int64"),
+        ({"client": [0], "ionode": [2**40], "nbytes": [1]}, "column 'ionode': value 1099511627776 at index 0 must be < 2147483647"),
+        ({"client": [0, 1], "ionode": [0, 0], "nbytes": [2**62, 2**62]}, "the total exceeds 2**63 - 1 bytes"),
         ({"client": [0, 5], "ionode": [0, 0], "nbytes": [1, 1], "n_clients": 3},
          "column 'client': value 5 at index 1 is out of range for n_clients=3"),
     ],
 )  # fmt: skip
 def test_bad_columns_are_named(kwargs, message):
-    with pytest.raises(TransferSetError, match=message.replace("(", r"\(")):
+    with pytest.raises(TransferSetError, match=re.escape(message)):
         TransferSet(**kwargs)
 
 
@@ -49,8 +56,16 @@ def test_csv_round_trip_and_errors_name_file_and_line(tmp_path):
         TransferSet.from_csv(bad)
     neg = tmp_path / "neg.csv"
     neg.write_text("client,ionode,nbytes\n0,0,10\n1,0,-5\n")
-    with pytest.raises(TransferSetError, match=r"neg.csv: column 'nbytes': value -5 at index 1"):
+    with pytest.raises(
+        TransferSetError, match=r"neg.csv, line 3: column 'nbytes': value -5 at index 1"
+    ):
         TransferSet.from_csv(neg)
+    gappy = tmp_path / "gappy.csv"  # blank lines are skipped but still counted
+    gappy.write_text("client,ionode,nbytes\n\n0,0,10\n\n1,-2,5\n")
+    with pytest.raises(
+        TransferSetError, match=r"gappy.csv, line 5: column 'ionode': value -2 at index 1"
+    ):
+        TransferSet.from_csv(gappy)
     nohead = tmp_path / "nohead.csv"
     nohead.write_text("a,b\n1,2\n")
     with pytest.raises(TransferSetError, match="lacks column"):

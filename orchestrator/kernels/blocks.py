@@ -10,7 +10,7 @@ def split_pieces(nbytes, block_size):
     n = nbytes.size
     total = 0
     for i in range(n):
-        total += (nbytes[i] + block_size - 1) // block_size
+        total += (nbytes[i] - 1) // block_size + 1  # ceil without overflow
     parent = np.empty(total, dtype=np.int64)
     offset = np.empty(total, dtype=np.int64)
     size = np.empty(total, dtype=np.int64)

@@ -16,9 +16,38 @@ from .rng import below
 
 
 @njit(cache=True)
-def _by_client_node(client, ionode, n_clients, n_ionodes):
-    """Units grouped by (client, I/O node), increasing id inside a group."""
-    return group_by(client * n_ionodes + ionode, n_clients * n_ionodes)
+def _client_runs(client, ionode, n_clients, n_ionodes):
+    """Units by client, then I/O node, then id: (members, client bounds).
+
+    Each client's segment is sorted stably by I/O node, so it is a run of
+    queues, one per I/O node the client talks to. Memory O(units), not
+    O(clients x I/O nodes).
+    """
+    n = client.size
+    if n_clients * n_ionodes <= 4 * n + (1 << 20):
+        # dense enough: one counting sort on the (client, I/O node) pair is fastest
+        members = group_by(client * n_ionodes + ionode, n_clients * n_ionodes)[0]
+        return members, group_by(client, n_clients)[1]
+    members, ptr = group_by(client, n_clients)
+    for c in range(n_clients):
+        lo, hi = ptr[c], ptr[c + 1]
+        if hi - lo > 1:
+            seg = members[lo:hi].copy()
+            members[lo:hi] = seg[np.argsort(ionode[seg], kind="mergesort")]
+    return members, ptr
+
+
+@njit(cache=True)
+def _queues(members, lo, hi, ionode, node, head, end):
+    """Split ``members[lo:hi]`` into per-I/O-node queues; returns how many."""
+    nq = 0
+    for k in range(lo, hi):
+        if k == lo or ionode[members[k]] != ionode[members[k - 1]]:
+            node[nq] = ionode[members[k]]
+            head[nq] = k
+            nq += 1
+        end[nq - 1] = k + 1
+    return nq
 
 
 @njit(cache=True)
@@ -30,26 +59,28 @@ def first_ios_sequences(client, n_clients):
 @njit(cache=True)
 def random_ios_sequences(client, ionode, n_clients, n_ionodes, state):
     """Each client picks a uniformly random I/O node that still has its pieces, piece by piece."""
-    units, gptr = _by_client_node(client, ionode, n_clients, n_ionodes)
-    ptr = group_by(client, n_clients)[1]
+    members, ptr = _client_runs(client, ionode, n_clients, n_ionodes)
+    width = 1
+    for c in range(n_clients):
+        width = max(width, ptr[c + 1] - ptr[c])
+    node = np.empty(width, dtype=np.int64)
+    head = np.empty(width, dtype=np.int64)
+    end = np.empty(width, dtype=np.int64)
+    live = np.empty(width, dtype=np.int64)  # swap-remove list of non-empty queues
     seq = np.empty(client.size, dtype=np.int64)
-    nodes = np.empty(n_ionodes, dtype=np.int64)
-    head = gptr[:-1].copy()
     k = 0
     for c in range(n_clients):
-        nn = 0
-        for s in range(n_ionodes):
-            if gptr[c * n_ionodes + s + 1] > gptr[c * n_ionodes + s]:
-                nodes[nn] = s
-                nn += 1
+        nn = _queues(members, ptr[c], ptr[c + 1], ionode, node, head, end)
+        for q in range(nn):
+            live[q] = q
         while nn > 0:
             p = below(state, nn)
-            g = c * n_ionodes + nodes[p]
-            seq[k] = units[head[g]]
+            q = live[p]
+            seq[k] = members[head[q]]
             k += 1
-            head[g] += 1
-            if head[g] == gptr[g + 1]:
-                nodes[p] = nodes[nn - 1]
+            head[q] += 1
+            if head[q] == end[q]:
+                live[p] = live[nn - 1]
                 nn -= 1
     return seq, ptr
 
@@ -57,38 +88,40 @@ def random_ios_sequences(client, ionode, n_clients, n_ionodes, state):
 @njit(cache=True)
 def hash_ios_sequences(client, ionode, n_clients, n_ionodes):
     """Client ``c`` cycles over I/O nodes from ``c mod n_ionodes``, skipping exhausted ones."""
-    units, gptr = _by_client_node(client, ionode, n_clients, n_ionodes)
-    ptr = group_by(client, n_clients)[1]
+    members, ptr = _client_runs(client, ionode, n_clients, n_ionodes)
+    width = 1
+    for c in range(n_clients):
+        width = max(width, ptr[c + 1] - ptr[c])
+    node = np.empty(width, dtype=np.int64)
+    head = np.empty(width, dtype=np.int64)
+    end = np.empty(width, dtype=np.int64)
+    nxt = np.empty(width, dtype=np.int64)  # circular list of non-empty queues, by node id
+    prv = np.empty(width, dtype=np.int64)
     seq = np.empty(client.size, dtype=np.int64)
-    head = gptr[:-1].copy()
-    nodes = np.empty(n_ionodes, dtype=np.int64)
     k = 0
     for c in range(n_clients):
-        nn = 0  # the client's non-exhausted I/O nodes, increasing id
-        for s in range(n_ionodes):
-            if gptr[c * n_ionodes + s + 1] > gptr[c * n_ionodes + s]:
-                nodes[nn] = s
-                nn += 1
+        nn = _queues(members, ptr[c], ptr[c + 1], ionode, node, head, end)
         if nn == 0:
             continue
+        for q in range(nn):
+            nxt[q] = (q + 1) % nn
+            prv[q] = (q - 1) % nn
         want = c % n_ionodes
-        i = 0
-        while i < nn and nodes[i] < want:
-            i += 1
+        q = 0
+        while q < nn and node[q] < want:
+            q += 1
+        if q == nn:
+            q = 0
         while nn > 0:
-            if i >= nn:
-                i = 0
-            s = nodes[i]
-            g = c * n_ionodes + s
-            seq[k] = units[head[g]]
+            seq[k] = members[head[q]]
             k += 1
-            head[g] += 1
-            if head[g] == gptr[g + 1]:
-                for j in range(i, nn - 1):  # keep increasing order; i now names the next node
-                    nodes[j] = nodes[j + 1]
+            head[q] += 1
+            after = nxt[q]
+            if head[q] == end[q]:
+                nxt[prv[q]] = nxt[q]
+                prv[nxt[q]] = prv[q]
                 nn -= 1
-            else:
-                i += 1
+            q = after
     return seq, ptr
 
 

@@ -46,12 +46,16 @@ def mwm(client, ionode, d, n_clients, n_ionodes):
     group = np.full((n_clients, n_ionodes), -1, dtype=np.int64)
     weight[gc, gs] = d[srt[head]]
     group[gc, gs] = np.arange(gpair.size)
+    # pairs with pending units per row / column, so finding the active
+    # sub-matrix costs O(C + S) per step instead of a scan of the matrix
+    row_pairs = np.bincount(gc, minlength=n_clients)
+    col_pairs = np.bincount(gs, minlength=n_ionodes)
     order = np.empty(d.size, dtype=np.int64)
     sizes = []
     m = 0
     while m < d.size:
-        rows = np.flatnonzero(weight.any(axis=1))
-        cols = np.flatnonzero(weight.any(axis=0))
+        rows = np.flatnonzero(row_pairs)
+        cols = np.flatnonzero(col_pairs)
         sub = weight[np.ix_(rows, cols)]
         r, k = linear_sum_assignment(sub, maximize=True)
         keep = sub[r, k] > 0.0
@@ -65,4 +69,6 @@ def mwm(client, ionode, d, n_clients, n_ionodes):
         more = head[g] < end[g]
         weight[rc, kc] = 0.0
         weight[rc[more], kc[more]] = d[srt[head[g[more]]]]
+        np.subtract.at(row_pairs, rc[~more], 1)
+        np.subtract.at(col_pairs, kc[~more], 1)
     return order, len(sizes), np.array(sizes, dtype=np.int64)

@@ -1,0 +1,36 @@
+"""Output files appear complete or not at all."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["atomic_path"]
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
+
+    The temporary name keeps the suffix (so writers that infer a format from
+    it still work). On an exception the temporary file is removed and
+    ``path`` is left untouched.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "plan.csv"
+    >>> with atomic_path(target) as tmp:
+    ...     _ = tmp.write_text("a,b\\n")
+    >>> target.read_text()
+    'a,b\\n'
+    """
+    path = Path(path)
+    tmp = path.parent / f".{path.stem}.tmp-{os.getpid()}{path.suffix}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
