@@ -1,0 +1,265 @@
+"""Contributions of a write stage: which client holds which rows, and replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Contribution", "ContributionError", "DatasetSpec", "Holdings", "gather"]
+
+
+class ContributionError(ValueError):
+    """A contribution is inconsistent with its dataset or with the others."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A named dataset of shape ``(n_rows, ...)`` and a fixed dtype.
+
+    Examples
+    --------
+    >>> spec = DatasetSpec("u", (10, 3), "float64")
+    >>> spec.n_rows, spec.row_bytes, spec.nbytes
+    (10, 24, 240)
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: Any
+    fill_value: Any = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "/" in self.name.strip("/"):
+            raise ContributionError(
+                f"dataset name must be a non-empty plain name, got {self.name!r}"
+            )
+        shape = tuple(int(x) for x in self.shape)
+        if len(shape) < 1 or any(x < 0 for x in shape) or shape[0] < 1:
+            raise ContributionError(
+                f"dataset {self.name!r}: shape {self.shape!r} needs n_rows >= 1"
+            )
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError as err:
+            raise ContributionError(f"dataset {self.name!r}: dtype {self.dtype!r}: {err}") from None
+        if dtype.hasobject:
+            raise ContributionError(f"dataset {self.name!r}: dtype {dtype} holds Python objects")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (the first axis)."""
+        return self.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one row."""
+        return self.shape[1:]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row in C order."""
+        return int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole dataset."""
+        return self.n_rows * self.row_bytes
+
+
+@dataclass(frozen=True, eq=False)
+class Contribution:
+    """What one client hands to a write stage for one dataset: global rows and their values.
+
+    ``rows`` are sorted on construction (values follow), so a client can cut
+    any row range with a binary search.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = Contribution(client=1, rows=[5, 2], values=np.array([[5.0], [2.0]]))
+    >>> c.rows.tolist(), c.values[:, 0].tolist()
+    ([2, 5], [2.0, 5.0])
+    """
+
+    client: int
+    rows: npt.NDArray[np.int64]
+    values: npt.NDArray[Any]
+
+    def __init__(self, client: int, rows: Any, values: Any) -> None:
+        if isinstance(client, bool) or not isinstance(client, int | np.integer) or client < 0:
+            raise ContributionError(f"client must be an integer >= 0, got {client!r}")
+        r = np.asarray(rows)
+        if r.ndim != 1 or (r.size and r.dtype.kind not in "iu"):
+            raise ContributionError(
+                f"client {client}: rows must be a 1-d integer array, got dtype {r.dtype}, "
+                f"shape {r.shape}"
+            )
+        v = np.asarray(values)
+        if v.ndim == 0 or v.shape[0] != r.size:
+            raise ContributionError(f"client {client}: {r.size} rows but values of shape {v.shape}")
+        order = np.argsort(r, kind="stable")
+        object.__setattr__(self, "client", int(client))
+        object.__setattr__(self, "rows", r.astype(np.int64)[order])
+        object.__setattr__(self, "values", v[order])
+
+    def cut(self, start_row: int, stop_row: int) -> npt.NDArray[Any]:
+        """Values of rows ``start_row .. stop_row - 1``; all must be held by this client.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> Contribution(0, [3, 4, 7], np.arange(3.0)).cut(3, 5).tolist()
+        [0.0, 1.0]
+        """
+        lo = int(np.searchsorted(self.rows, start_row))
+        hi = lo + (stop_row - start_row)
+        if hi > self.rows.size or self.rows[lo] != start_row or self.rows[hi - 1] != stop_row - 1:
+            raise ContributionError(
+                f"client {self.client} does not hold all rows {start_row}..{stop_row - 1}"
+            )
+        return self.values[lo:hi]
+
+
+@dataclass(frozen=True, eq=False)
+class Holdings:
+    """For every row, the clients holding a copy (CSR, lowest client id first).
+
+    ``holders[ptr[r]:ptr[r + 1]]`` are the clients contributing row ``r``;
+    rows with no holder are ``missing``.
+    """
+
+    spec: DatasetSpec
+    ptr: npt.NDArray[np.int64]
+    holders: npt.NDArray[np.int64]
+
+    @property
+    def count(self) -> npt.NDArray[np.int64]:
+        """Number of holders of each row."""
+        return np.diff(self.ptr)
+
+    @property
+    def missing(self) -> npt.NDArray[np.int64]:
+        """Rows nobody contributed."""
+        return np.flatnonzero(self.count == 0)
+
+    @property
+    def replicated_fraction(self) -> float:
+        """Fraction of rows held by more than one client."""
+        return float((self.count > 1).mean())
+
+
+def gather(
+    spec: DatasetSpec,
+    contributions: Sequence[Contribution],
+    unique: bool = False,
+    allow_missing: bool = False,
+) -> Holdings:
+    """Check contributions against ``spec`` and find who holds each row.
+
+    Parameters
+    ----------
+    spec : DatasetSpec
+    contributions : sequence of Contribution
+        At most one per client.
+    unique : bool
+        Declare that replicated rows carry identical values; a row given
+        twice with different values is then an error.
+    allow_missing : bool
+        Rows nobody gives stay at the fill value instead of being an error.
+
+    Raises
+    ------
+    ContributionError
+        Naming the client, the row and the value: rows out of range, a row
+        twice in one contribution, values of the wrong shape or of a dtype
+        that does not cast safely, missing rows, conflicting replicas.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> spec = DatasetSpec("u", (4,), "int32")
+    >>> h = gather(spec, [Contribution(0, [0, 1, 2], np.array([0, 1, 2])),
+    ...                   Contribution(1, [2, 3], np.array([2, 3]))], unique=True)
+    >>> h.count.tolist(), h.holders.tolist()
+    ([1, 1, 2, 1], [0, 0, 0, 1, 1])
+    """
+    if not contributions:
+        raise ContributionError(f"dataset {spec.name!r}: no contributions")
+    seen: set[int] = set()
+    for con in contributions:
+        if not isinstance(con, Contribution):
+            raise ContributionError(f"expected Contribution objects, got {type(con).__name__}")
+        if con.client in seen:
+            raise ContributionError(f"client {con.client} contributes twice to {spec.name!r}")
+        seen.add(con.client)
+        _check_one(spec, con)
+    rows = np.concatenate([c.rows for c in contributions])
+    who = np.concatenate([np.full(c.rows.size, c.client, np.int64) for c in contributions])
+    by = np.lexsort((who, rows))
+    rows, who = rows[by], who[by]
+    ptr = np.zeros(spec.n_rows + 1, dtype=np.int64)
+    np.add.at(ptr, rows + 1, 1)
+    np.cumsum(ptr, out=ptr)
+    h = Holdings(spec, ptr, who)
+    miss = h.missing
+    if miss.size and not allow_missing:
+        raise ContributionError(
+            f"dataset {spec.name!r}: {miss.size} row(s) have no contribution, first row "
+            f"{int(miss[0])}; pass allow_missing=True to leave them at the fill value"
+        )
+    if unique:
+        _check_replicas_agree(spec, contributions, h)
+    return h
+
+
+def _check_one(spec: DatasetSpec, con: Contribution) -> None:
+    r = con.rows
+    if r.size:
+        if r[0] < 0 or r[-1] >= spec.n_rows:
+            bad = r[0] if r[0] < 0 else r[-1]
+            raise ContributionError(
+                f"client {con.client}: row {int(bad)} is outside dataset {spec.name!r} "
+                f"of {spec.n_rows} rows"
+            )
+        dup = np.flatnonzero(r[1:] == r[:-1])
+        if dup.size:
+            raise ContributionError(
+                f"client {con.client}: row {int(r[dup[0]])} appears twice in its contribution "
+                f"to {spec.name!r}"
+            )
+    want = (r.size, *spec.row_shape)
+    if con.values.shape != want:
+        raise ContributionError(
+            f"client {con.client}: values of {spec.name!r} have shape {con.values.shape}, "
+            f"expected {want}"
+        )
+    if not np.can_cast(con.values.dtype, spec.dtype, casting="same_kind"):
+        raise ContributionError(
+            f"client {con.client}: values of dtype {con.values.dtype} cannot be stored in "
+            f"{spec.name!r} of dtype {spec.dtype}"
+        )
+
+
+def _check_replicas_agree(
+    spec: DatasetSpec, contributions: Sequence[Contribution], h: Holdings
+) -> None:
+    by_client = {c.client: c for c in contributions}
+    multi = np.flatnonzero(h.count > 1)
+    if multi.size == 0:
+        return
+    first = h.holders[h.ptr[multi]]
+    for r, c0 in zip(multi.tolist(), first.tolist(), strict=True):
+        ref = by_client[c0].cut(r, r + 1).astype(spec.dtype)
+        for c in h.holders[h.ptr[r] + 1 : h.ptr[r + 1]].tolist():
+            other = by_client[c].cut(r, r + 1).astype(spec.dtype)
+            if ref.tobytes() != other.tobytes():
+                raise ContributionError(
+                    f"dataset {spec.name!r}: row {r} is given by clients {c0} and {c} with "
+                    "different values, but rows were declared unique"
+                )
