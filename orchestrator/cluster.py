@@ -1,0 +1,167 @@
+"""Dask clusters with I/O workers: the embedded local default, or an existing scheduler.
+
+I/O worker ``k`` is named ``io-k`` and carries the resources ``io=1`` and
+``io-k=1``; compute workers are named ``compute-j``. Everything started here
+binds to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ClusterError", "IOCluster", "connect", "local_cluster"]
+
+log = logging.getLogger("orchestrator.cluster")
+
+LOOPBACK = "127.0.0.1"
+
+
+class ClusterError(RuntimeError):
+    """No usable I/O workers, or a cluster could not be reached."""
+
+
+@dataclass
+class IOCluster:
+    """A Dask client plus the addresses of the I/O workers (by I/O node) and compute workers.
+
+    Use as a context manager; a cluster this object started is stopped on
+    exit, one it merely connected to is left running.
+    """
+
+    client: Any
+    ionodes: list[str]
+    compute: list[str]
+    _owned: Any = field(default=None, repr=False)
+
+    @property
+    def n_ionodes(self) -> int:
+        """Number of I/O workers."""
+        return len(self.ionodes)
+
+    def compute_worker(self, client: int) -> str:
+        """The compute worker that holds client ``client``'s contribution (round robin)."""
+        pool = self.compute or self.ionodes
+        return pool[client % len(pool)]
+
+    def worker_pids(self) -> dict[str, int]:
+        """PID of every worker process, by address (to stop one for real in tests)."""
+        return dict(self.client.run(os.getpid))
+
+    def close(self) -> None:
+        """Close the client, and the cluster if this object started it."""
+        self.client.close()
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self) -> IOCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def local_cluster(
+    n_ionodes: int = 4,
+    n_compute: int = 2,
+    memory_limit: str = "2GiB",
+    threads_per_compute: int = 1,
+) -> IOCluster:
+    """Start the embedded cluster: ``n_ionodes`` I/O workers and ``n_compute`` compute workers.
+
+    Workers are separate processes (``Nanny``), one thread per I/O worker,
+    all listening on 127.0.0.1 with random ports; no dashboard.
+
+    Examples
+    --------
+    >>> from orchestrator.cluster import local_cluster
+    >>> with local_cluster(n_ionodes=2, n_compute=1) as cl:  # doctest: +SKIP
+    ...     cl.ionodes
+    ['tcp://127.0.0.1:...', 'tcp://127.0.0.1:...']
+    """
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    if n_ionodes < 1 or n_compute < 0:
+        raise ClusterError(f"need n_ionodes >= 1 and n_compute >= 0, got {n_ionodes}, {n_compute}")
+    common = {"host": LOOPBACK, "memory_limit": memory_limit, "silence_logs": logging.WARNING}
+    workers: dict[str, dict[str, Any]] = {}
+    for k in range(n_ionodes):
+        workers[f"io-{k}"] = {
+            "cls": Nanny,
+            "options": {
+                **common,
+                "name": f"io-{k}",
+                "nthreads": 1,
+                "resources": {"io": 1, f"io-{k}": 1},
+            },
+        }
+    for j in range(n_compute):
+        workers[f"compute-{j}"] = {
+            "cls": Nanny,
+            "options": {**common, "name": f"compute-{j}", "nthreads": threads_per_compute},
+        }
+    scheduler = {
+        "cls": Scheduler,
+        "options": {"host": LOOPBACK, "dashboard": False, "dashboard_address": f"{LOOPBACK}:0"},
+    }
+    cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
+    try:
+        client = Client(cluster)
+        client.wait_for_workers(n_ionodes + n_compute, timeout=120)
+        found = _discover(client)
+    except Exception:
+        cluster.close()
+        raise
+    log.info("embedded cluster at %s: %d I/O, %d compute workers", cluster.scheduler_address,
+             n_ionodes, n_compute)  # fmt: skip
+    return IOCluster(client, found[0], found[1], _owned=cluster)
+
+
+def connect(address: str | None = None, scheduler_file: str | None = None) -> IOCluster:
+    """Join an existing Dask cluster and find its I/O workers by name (``io-K``) or resource.
+
+    Examples
+    --------
+    >>> from orchestrator.cluster import connect
+    >>> cl = connect(scheduler_file="scheduler.json")  # doctest: +SKIP
+    """
+    from distributed import Client
+
+    if (address is None) == (scheduler_file is None):
+        raise ClusterError("give exactly one of address and scheduler_file")
+    client = Client(address, timeout=60) if address else Client(scheduler_file=scheduler_file)
+    try:
+        ionodes, compute = _discover(client)
+    except Exception:
+        client.close()
+        raise
+    return IOCluster(client, ionodes, compute)
+
+
+def _discover(client: Any) -> tuple[list[str], list[str]]:
+    """I/O workers ordered by their ``io-K`` resource (or name), and the other workers."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    io: dict[int, str] = {}
+    compute = []
+    for addr, w in info.items():
+        k = None
+        for res in w.get("resources", {}):
+            if res.startswith("io-") and res[3:].isdigit():
+                k = int(res[3:])
+        name = str(w.get("name", ""))
+        if k is None and name.startswith("io-") and name[3:].isdigit():
+            k = int(name[3:])
+        if k is None:
+            compute.append(addr)
+        elif k in io:
+            raise ClusterError(f"two workers claim I/O node {k}: {io[k]} and {addr}")
+        else:
+            io[k] = addr
+    if not io:
+        raise ClusterError("no I/O workers (named io-K or with resource io-K) in the cluster")
+    if sorted(io) != list(range(len(io))):
+        raise ClusterError(f"I/O nodes must be numbered 0..n-1, found {sorted(io)}")
+    return [io[k] for k in range(len(io))], sorted(compute)
