@@ -293,6 +293,28 @@ def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float, oracl
     )
 
 
+@app.command("verify")
+def verify_cmd(
+    path: Annotated[Path, typer.Argument(help="A checkpoint written by io-orchestrator.")],
+) -> None:
+    """Recompute every stripe checksum against the manifest; exit 1 on any mismatch.
+
+    Example: ``iorch verify out/ckpt.h5``
+    """
+    from .stage import verify
+    from .storage import StorageError
+
+    try:
+        bad = verify(path)
+    except (StorageError, *USER_ERRORS) as e:
+        raise _fail(str(e)) from None
+    if bad:
+        for line in bad:
+            err.print(f"[bold red]mismatch:[/] {line}")
+        raise typer.Exit(code=1)
+    console.print(f"{path}: every stripe matches its manifest checksum")
+
+
 @app.command("cost")
 def cost_cmd(
     preset: Annotated[str, typer.Argument(help="Preset name.")] = "cluster2004",

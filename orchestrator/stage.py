@@ -83,6 +83,18 @@ def _writer(fmt: str, info: dict[str, Any], ionode: int, aggregate: bool) -> Any
     return _WRITERS[key]
 
 
+def _drop_writers(token: str) -> int:
+    """On every worker after a failed stage: close its files so nothing stays open."""
+    n = 0
+    for key in [k for k in _WRITERS if k[0] == token]:
+        try:
+            _WRITERS.pop(key).release()
+        except Exception:  # a half-written file is about to be deleted anyway
+            pass
+        n += 1
+    return n
+
+
 def _cut(
     contribs: Mapping[str, Contribution], ranges: list[tuple[str, int, int, int, str]]
 ) -> list:
@@ -97,18 +109,29 @@ def _cut(
     return out
 
 
-def _write(fmt: str, info: dict[str, Any], ionode: int, aggregate: bool, unit: int,
-           pieces: list, previous: Any) -> tuple:  # fmt: skip
-    """On the I/O worker: hand the pieces to the writer; return the trace row."""
+def _write(
+    fmt: str,
+    info: dict[str, Any],
+    ionode: int,
+    aggregate: bool,
+    units: list[int],
+    cuts: list[list],
+    previous: Any,
+) -> list[tuple]:
+    """On the I/O worker: hand each unit's pieces to the writer in order; return trace rows."""
     from distributed import get_worker
 
     w = _writer(fmt, info, ionode, aggregate)
-    t0 = time.time()
-    n = 0
-    for name, offset, blob in pieces:
-        w.put(name, offset, memoryview(blob))
-        n += len(blob)
-    return (unit, ionode, t0, time.time(), n, get_worker().address)
+    addr = get_worker().address
+    rows = []
+    for unit, pieces in zip(units, cuts, strict=True):
+        t0 = time.time()
+        n = 0
+        for name, offset, blob in pieces:
+            w.put(name, offset, memoryview(blob))
+            n += len(blob)
+        rows.append((unit, ionode, t0, time.time(), n, addr))
+    return rows
 
 
 def _close_and_checksum(
@@ -308,6 +331,10 @@ def write_stage(
         os.rename(tmp, target)
         _fsync_dir(target.parent)
     except BaseException:
+        try:
+            cl.client.run(_drop_writers, tmp.name, wait=True)
+        except Exception as err:  # cleanup must not hide the original error
+            log.warning("could not release writers of %s: %s", tmp.name, err)
         _remove(tmp)
         raise
     finally:
@@ -324,6 +351,8 @@ def _dispatch(
     plan: Plan,
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution]]],
     aggregate: bool,
+    batch_bytes: int = 8 << 20,
+    batch_units: int = 64,
 ) -> tuple[Trace, dict[str, str]]:
     client = cl.client
     by_client: dict[int, dict[str, Contribution]] = {}
@@ -334,17 +363,39 @@ def _dispatch(
     held = {c: client.scatter([d], workers=[cl.compute_worker(c)], hash=False)[0]
             for c, d in by_client.items()}  # fmt: skip
     ranges = _unit_ranges(staged, plan)
+    # Ordered plans: each I/O node's units in plan order, as a chain of write
+    # tasks; consecutive units are batched into one task (up to batch_bytes /
+    # batch_units) so Dask's per-task latency is not paid per small piece.
+    # Decentralized plans: one task per unit, chained per client (a client
+    # issues its next piece when the previous one is written).
     decentralized = plan.kind == "decentralized"
-    chain: dict[int, Any] = {}  # per I/O node (ordered plans) or per client (decentralized)
+    limit_units = 1 if decentralized else batch_units
+    chain: dict[int, Any] = {}
+    open_batch: dict[int, tuple[int, list[int], list[Any], int]] = {}
     writes = []
+
+    def flush(key: int) -> None:
+        s, units, cuts, _ = open_batch.pop(key)
+        w = client.submit(_write, fmt, info, s, aggregate, units, cuts, chain.get(key),
+                          resources={f"io-{s}": 1}, pure=False)  # fmt: skip
+        chain[key] = w
+        writes.append((s, w))
+
     for u in plan.order.tolist():
         c, s = int(plan.client[u]), int(plan.ionode[u])
         cut = client.submit(_cut, held[c], ranges[u], workers=[cl.compute_worker(c)], pure=False)
         key = c if decentralized else s
-        w = client.submit(_write, fmt, info, s, aggregate, u, cut, chain.get(key),
-                          resources={f"io-{s}": 1}, pure=False)  # fmt: skip
-        chain[key] = w
-        writes.append(w)
+        if key in open_batch and open_batch[key][0] != s:
+            flush(key)
+        _, units, cuts, nbytes = open_batch.setdefault(key, (s, [], [], 0))
+        units.append(u)
+        cuts.append(cut)
+        nbytes += int(plan.nbytes[u])
+        open_batch[key] = (s, units, cuts, nbytes)
+        if len(units) >= limit_units or nbytes >= batch_bytes:
+            flush(key)
+    for key in list(open_batch):
+        flush(key)
     stripes: dict[int, list[tuple[str, int, int]]] = {s: [] for s in range(cl.n_ionodes)}
     for spec, part in zip(staged.specs, staged.parts, strict=True):
         lay = part.layout
@@ -355,13 +406,11 @@ def _dispatch(
             )
     closes = []
     for s in range(cl.n_ionodes):  # after every write of the stage on that I/O node
-        last = [
-            w for w, u in zip(writes, plan.order.tolist(), strict=True) if int(plan.ionode[u]) == s
-        ]
+        last = [w for node, w in writes if node == s]
         closes.append(client.submit(_close_and_checksum, fmt, info, s, aggregate, stripes[s], last,
                                     resources={f"io-{s}": 1}, pure=False))  # fmt: skip
-    _wait_watching(cl, writes + closes)
-    rows = client.gather(writes)
+    _wait_watching(cl, [w for _, w in writes] + closes)
+    rows = [r for batch in client.gather([w for _, w in writes]) for r in batch]
     sums: dict[str, str] = {}
     for part in client.gather(closes):
         sums.update(part)
@@ -451,6 +500,10 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     --------
     >>> verify("ckpt.h5")  # doctest: +SKIP
     []
+    >>> verify("no-such-checkpoint.h5")
+    Traceback (most recent call last):
+    ...
+    orchestrator.storage.StorageError: no-such-checkpoint.h5 does not exist
     """
     path = Path(path)
     if not path.exists():

@@ -1,0 +1,212 @@
+"""The execution engine on a real embedded Dask cluster, writing real HDF5 and Zarr.
+
+One conformance suite runs against every storage backend.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from orchestrator.cluster import local_cluster
+from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.stage import StageError, verify, write_stage
+from orchestrator.storage import StorageError, get_backend
+
+FORMATS = ["hdf5", "zarr"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(n_ionodes=3, n_compute=2) as cl:
+        yield cl
+
+
+def _case(seed=0, n=3000, clients=5, interleaved=False):
+    rng = np.random.default_rng(seed)
+    spec = DatasetSpec("u", (n, 2), "float64")
+    truth = rng.random((n, 2))
+    parts, per = [], n // clients + 1
+    for c in range(clients):
+        own = np.arange(c * per, min(n, (c + 1) * per + 20))  # halo rows replicate the next block
+        extra = rng.integers(0, n, 30)
+        rows = np.unique(np.concatenate([own, extra]))
+        parts.append(Contribution(c, rows, truth[rows]))
+    ids = DatasetSpec("ids", (n,), "int32")
+    if interleaved:  # every row a different writer: the worst case for contiguity
+        id_rows = [np.arange(c, n, clients) for c in range(clients)]
+    else:
+        id_rows = [np.arange(c * per, min(n, (c + 1) * per)) for c in range(clients)]
+    id_parts = [Contribution(c, r, r.astype(np.int16)) for c, r in enumerate(id_rows)]
+    return {"u": (spec, parts), "ids": (ids, id_parts)}, truth
+
+
+def _read(fmt, path):
+    return {k: np.asarray(v[...]) for k, v in get_backend(fmt).open(path).items()}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    ("policy", "strategy", "interleaved"),
+    [
+        ("ms-ecf", "contiguous", False),
+        ("ecf", "list", True),
+        ("hdf", "two-phase", True),
+        ("hash-ios", "contiguous", False),
+    ],
+)
+def test_stage_writes_exact_data_and_verifies(
+    cluster, tmp_path, fmt, policy, strategy, interleaved
+):
+    datasets, truth = _case(interleaved=interleaved)
+    target = tmp_path / f"ckpt.{fmt}"
+    res = write_stage(target, datasets, format=fmt, policy=policy, cluster=cluster,
+                      stripe_bytes=2048, strategy=strategy, unique=True)  # fmt: skip
+    data = _read(fmt, target)
+    assert np.array_equal(data["u"], truth)
+    assert np.array_equal(data["ids"], np.arange(3000, dtype=np.int32))  # int16 values cast
+    assert verify(target) == []
+    m = res.manifest
+    assert m["policy"] == policy and m["strategy"] == strategy and m["format"] == fmt
+    assert set(m["datasets"]) == {"u", "ids"}
+    assert m["plan"]["units"] == res.plan.n_units == res.trace.unit.size
+    assert sorted(res.trace.unit.tolist()) == list(range(res.plan.n_units))
+    assert res.trace.nbytes.sum() == res.plan.transfers.total_bytes == 3000 * 16 + 3000 * 4
+    # every write ran on the I/O worker of its I/O node
+    for s, w in zip(res.trace.ionode.tolist(), res.trace.worker, strict=True):
+        assert w == cluster.ionodes[s]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary output left"
+
+
+def test_ordered_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path):
+    datasets, _ = _case(seed=1)
+    res = write_stage(tmp_path / "o.h5", datasets, policy="ecf", cluster=cluster, stripe_bytes=1024)
+    plan, tr = res.plan, res.trace
+    for s in range(cluster.n_ionodes):
+        mine = tr.ionode == s
+        realized = tr.unit[mine][np.argsort(tr.start[mine], kind="stable")]
+        assert realized.tolist() == plan.ionode_sequence(s).tolist()
+
+
+def test_hdf5_is_a_normal_file(cluster, tmp_path):
+    datasets, truth = _case(seed=2)
+    target = tmp_path / "n.h5"
+    write_stage(target, datasets, cluster=cluster)
+    with h5py.File(target, "r") as f:
+        assert f["u"].shape == (3000, 2) and f["u"].dtype == np.float64
+        assert np.array_equal(f["u"][5:9], truth[5:9])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_existing_target_and_missing_rows(cluster, tmp_path, fmt):
+    spec = DatasetSpec("v", (10,), "float32", fill_value=-1.0)
+    parts = [Contribution(0, [0, 1, 2, 9], np.array([1.0, 2, 3, 4]))]
+    target = tmp_path / f"m.{fmt}"
+    write_stage(
+        target,
+        {"v": (spec, parts)},
+        format=fmt,
+        cluster=cluster,
+        allow_missing=True,
+        stripe_bytes=8,
+    )
+    got = _read(fmt, target)["v"]
+    assert got.tolist() == [1.0, 2.0, 3.0, -1, -1, -1, -1, -1, -1, 4.0]
+    assert verify(target) == []
+    with pytest.raises(StorageError, match="exists; pass overwrite=True"):
+        write_stage(target, {"v": (spec, parts)}, format=fmt, cluster=cluster, allow_missing=True)
+    parts2 = [Contribution(0, np.arange(10), np.arange(10.0))]
+    write_stage(target, {"v": (spec, parts2)}, format=fmt, cluster=cluster, overwrite=True)
+    assert _read(fmt, target)["v"].tolist() == list(range(10))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_verify_detects_a_flipped_byte(cluster, tmp_path, fmt):
+    datasets, _ = _case(seed=3)
+    target = tmp_path / f"c.{fmt}"
+    write_stage(target, datasets, format=fmt, cluster=cluster, stripe_bytes=4096)
+    if fmt == "hdf5":
+        with h5py.File(target, "r") as f:
+            pos = f["u"].id.get_offset() + 5000
+        with open(target, "r+b") as fh:
+            fh.seek(pos)
+            b = fh.read(1)
+            fh.seek(pos)
+            fh.write(bytes([b[0] ^ 0xFF]))
+    else:
+        import zarr
+
+        arr = zarr.open_array(target, path="u", mode="r+")
+        arr[300, 0] = arr[300, 0] + 1.0
+    bad = verify(target)
+    assert len(bad) == 1 and bad[0].startswith("u: stripe at byte")
+    iorch = str(Path(sys.executable).with_name("iorch"))
+    p = subprocess.run([iorch, "verify", str(target)], capture_output=True, text=True)
+    assert p.returncode == 1 and "mismatch" in p.stderr
+
+
+def test_unwritable_directory_fails_before_writing(cluster, tmp_path):
+    datasets, _ = _case()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):  # root ignores mode bits; use a missing directory instead
+            target = tmp_path / "missing" / "x.h5"
+            with pytest.raises(StorageError, match="does not exist"):
+                write_stage(target, datasets, cluster=cluster)
+        else:
+            with pytest.raises(StorageError, match="is not writable"):
+                write_stage(ro / "x.h5", datasets, cluster=cluster)
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True
+    )
+    if p.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here to fill a disk for real: {p.stderr.decode().strip()}"
+        )
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_full_disk_fails_cleanly(cluster, tiny_fs, fmt):
+    datasets, _ = _case(n=20000)  # ~400 KB into a 256 KB file system
+    with pytest.raises((StageError, StorageError, OSError)):
+        write_stage(
+            tiny_fs / f"big.{fmt}", datasets, format=fmt, cluster=cluster, stripe_bytes=8192
+        )
+    assert list(tiny_fs.iterdir()) == [], "a partial or temporary output was left behind"
+
+
+def test_killed_ionode_aborts_the_stage_and_leaves_nothing(tmp_path):
+    datasets, _ = _case(n=20000)
+    with local_cluster(n_ionodes=2, n_compute=1) as cl:
+        victim = cl.ionodes[1]
+        pid = cl.worker_pids()[victim]
+        # keep the victim busy so the stage is surely mid-dispatch when it dies
+        blocker = cl.client.submit(time.sleep, 60, resources={"io-1": 1}, pure=False)
+        killer = threading.Timer(3.0, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        try:
+            with pytest.raises(StageError, match=r"I/O worker io-1 .* died during dispatch"):
+                write_stage(tmp_path / "k.h5", datasets, cluster=cl, stripe_bytes=4096)
+        finally:
+            killer.cancel()
+            blocker.cancel()
+        assert list(tmp_path.iterdir()) == []
