@@ -210,3 +210,17 @@ def test_killed_ionode_aborts_the_stage_and_leaves_nothing(tmp_path):
             killer.cancel()
             blocker.cancel()
         assert list(tmp_path.iterdir()) == []
+
+
+def test_write_bench_cli_runs_policies_for_real(tmp_path):
+    iorch = str(Path(sys.executable).with_name("iorch"))
+    p = subprocess.run(
+        [iorch, "write-bench", "--size", "4MiB", "--clients", "4", "--ionodes", "2",
+         "--policy", "ecf", "--stripe", "256KiB", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "raw sequential write" in p.stdout and "ecf" in p.stdout
+    assert list(tmp_path.iterdir()) == [], "benchmark outputs and probe files are removed"
+    bad = subprocess.run([iorch, "write-bench", "--size", "lots"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "size 'lots' is not a number" in bad.stderr
