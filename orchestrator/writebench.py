@@ -51,7 +51,8 @@ def synthetic_stage(
 ) -> tuple[DatasetSpec, list[Contribution]]:
     """A dataset of ``nbytes`` whose rows are scattered over clients, some replicated.
 
-    Rows go to clients in runs of random length (64 to 512 rows); each client
+    Rows go to clients in runs of random length (up to 512 rows, shorter for
+    small datasets so every client gets runs); each client
     also holds a copy of ``halo`` of the rows after each of its runs.
     Values are cheap to make and to check (row id in every element).
 
@@ -66,11 +67,15 @@ def synthetic_stage(
     n_rows = max(1, nbytes // (width * 8))
     spec = DatasetSpec("field", (n_rows, width), "float64")
     owner = np.empty(n_rows, dtype=np.int64)
-    r = 0
-    while r < n_rows:
-        run = int(rng.integers(64, 513))
-        owner[r : r + run] = rng.integers(0, n_clients)
+    longest = max(1, min(512, n_rows // (2 * n_clients)))
+    r, k, cycle = 0, 0, rng.permutation(n_clients)
+    while r < n_rows:  # every client gets runs: clients in a fresh random order each cycle
+        run = int(rng.integers(max(1, longest // 8), longest + 1))
+        owner[r : r + run] = cycle[k]
         r += run
+        k += 1
+        if k == n_clients:
+            k, cycle = 0, rng.permutation(n_clients)
     extra = max(1, int(halo * 512))
     parts = []
     for c in range(n_clients):
