@@ -307,6 +307,9 @@ def write_bench_cmd(
     out: Annotated[Path, typer.Option(help="Directory on the disk to measure.")] = Path(
         "out/write-bench"
     ),
+    gantt: Annotated[
+        Path | None, typer.Option(help="Draw planned vs realized Gantt charts into this folder.")
+    ] = None,
 ) -> None:
     """Dispatch every policy for real and compare with the disk's raw sequential bandwidth.
 
@@ -326,8 +329,10 @@ def write_bench_cmd(
         out.mkdir(parents=True, exist_ok=True)
         with local_cluster(n_ionodes=ionodes, n_compute=2) as cl, _progress() as prog:
             task = prog.add_task("write-bench", total=len(names))
+            if gantt is not None:
+                gantt.mkdir(parents=True, exist_ok=True)
             raw, rows = run(cl, out, nbytes, clients, format, names, stripe_bytes, strategy,
-                            advance=partial(prog.advance, task))  # fmt: skip
+                            advance=partial(prog.advance, task), gantt_dir=gantt)  # fmt: skip
     except (StageError, StorageError, *USER_ERRORS) as e:
         raise _fail(str(e)) from None
     t = Table(

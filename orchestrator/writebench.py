@@ -137,6 +137,7 @@ def run(
     stripe_bytes: int,
     strategy: str,
     advance: Callable[[], None] = lambda: None,
+    gantt_dir: Path | None = None,
 ) -> tuple[float, list[BenchRow]]:
     """Measure the raw disk, then write the synthetic stage with every policy.
 
@@ -163,6 +164,12 @@ def run(
                           overwrite=True, cost=cost)  # fmt: skip
         rows.append(BenchRow(p, res.seconds, res.throughput, res.plan.makespan,
                              res.trace.makespan, res.plan.n_units))  # fmt: skip
+        if gantt_dir is not None:
+            from .plots import close, realized_gantt
+
+            tr = res.trace
+            close(realized_gantt(res.plan, tr.unit, tr.ionode, tr.start, tr.end,
+                                 path=gantt_dir / f"gantt-{p}.png"))  # fmt: skip
         _remove(target)
         advance()
     return raw, rows

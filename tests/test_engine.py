@@ -216,11 +216,25 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
     iorch = str(Path(sys.executable).with_name("iorch"))
     p = subprocess.run(
         [iorch, "write-bench", "--size", "4MiB", "--clients", "4", "--ionodes", "2",
-         "--policy", "ecf", "--stripe", "256KiB", "--out", str(tmp_path)],
+         "--policy", "ecf", "--stripe", "256KiB", "--out", str(tmp_path / "w"),
+         "--gantt", str(tmp_path / "g")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "raw sequential write" in p.stdout and "ecf" in p.stdout
-    assert list(tmp_path.iterdir()) == [], "benchmark outputs and probe files are removed"
+    assert list((tmp_path / "w").iterdir()) == [], "benchmark outputs and probe files are removed"
+    assert (tmp_path / "g" / "gantt-ecf.png").stat().st_size > 1000
     bad = subprocess.run([iorch, "write-bench", "--size", "lots"], capture_output=True, text=True)
     assert bad.returncode == 2 and "size 'lots' is not a number" in bad.stderr
+
+
+def test_connect_finds_io_workers_of_a_running_cluster(cluster):
+    from orchestrator.cluster import ClusterError, connect
+
+    other = connect(address=cluster.client.scheduler.address)
+    try:
+        assert other.ionodes == cluster.ionodes and other.compute == cluster.compute
+    finally:
+        other.close()
+    with pytest.raises(ClusterError, match="exactly one of address and scheduler_file"):
+        connect()
