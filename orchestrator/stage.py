@@ -105,8 +105,14 @@ def _cut(
         rows = np.ascontiguousarray(contribs[name].cut(r0, r1), dtype=dtype)
         raw = rows.reshape(-1).view(np.uint8)
         skip = offset - r0 * rb
-        out.append((name, offset, raw[skip : skip + nbytes].tobytes()))
+        # a NumPy array, not bytes: Dask ships arrays as zero-copy frames
+        out.append((name, offset, raw[skip : skip + nbytes].copy()))
     return out
+
+
+def _cut_many(contribs: Mapping[str, Contribution], many: list[list]) -> list[list]:
+    """On the client's worker: :func:`_cut` for several units in one task."""
+    return [_cut(contribs, ranges) for ranges in many]
 
 
 def _write(
@@ -115,16 +121,22 @@ def _write(
     ionode: int,
     aggregate: bool,
     units: list[int],
-    cuts: list[list],
+    cut_groups: list[list[list]],
+    where: list[tuple[int, int]],
     previous: Any,
 ) -> list[tuple]:
-    """On the I/O worker: hand each unit's pieces to the writer in order; return trace rows."""
+    """On the I/O worker: hand each unit's pieces to the writer in order; return trace rows.
+
+    Unit ``i``'s pieces are ``cut_groups[g][j]`` with ``(g, j) = where[i]``
+    (one cut task per client of the batch).
+    """
     from distributed import get_worker
 
     w = _writer(fmt, info, ionode, aggregate)
     addr = get_worker().address
     rows = []
-    for unit, pieces in zip(units, cuts, strict=True):
+    for unit, (g, j) in zip(units, where, strict=True):
+        pieces = cut_groups[g][j]
         t0 = time.time()
         n = 0
         for name, offset, blob in pieces:
@@ -371,27 +383,41 @@ def _dispatch(
     decentralized = plan.kind == "decentralized"
     limit_units = 1 if decentralized else batch_units
     chain: dict[int, Any] = {}
-    open_batch: dict[int, tuple[int, list[int], list[Any], int]] = {}
+    open_batch: dict[int, tuple[int, list[int], int]] = {}
     writes = []
 
     def flush(key: int) -> None:
-        s, units, cuts, _ = open_batch.pop(key)
-        w = client.submit(_write, fmt, info, s, aggregate, units, cuts, chain.get(key),
+        s, units, _ = open_batch.pop(key)
+        by_client: dict[int, list[int]] = {}
+        where = []
+        for u in units:  # one cut task per client of the batch, on that client's worker
+            mine = by_client.setdefault(int(plan.client[u]), [])
+            where.append((list(by_client).index(int(plan.client[u])), len(mine)))
+            mine.append(u)
+        groups = [
+            client.submit(
+                _cut_many,
+                held[c],
+                [ranges[u] for u in us],
+                workers=[cl.compute_worker(c)],
+                pure=False,
+            )
+            for c, us in by_client.items()
+        ]
+        w = client.submit(_write, fmt, info, s, aggregate, units, groups, where, chain.get(key),
                           resources={f"io-{s}": 1}, pure=False)  # fmt: skip
         chain[key] = w
         writes.append((s, w))
 
     for u in plan.order.tolist():
         c, s = int(plan.client[u]), int(plan.ionode[u])
-        cut = client.submit(_cut, held[c], ranges[u], workers=[cl.compute_worker(c)], pure=False)
         key = c if decentralized else s
         if key in open_batch and open_batch[key][0] != s:
             flush(key)
-        _, units, cuts, nbytes = open_batch.setdefault(key, (s, [], [], 0))
+        _, units, nbytes = open_batch.setdefault(key, (s, [], 0))
         units.append(u)
-        cuts.append(cut)
         nbytes += int(plan.nbytes[u])
-        open_batch[key] = (s, units, cuts, nbytes)
+        open_batch[key] = (s, units, nbytes)
         if len(units) >= limit_units or nbytes >= batch_bytes:
             flush(key)
     for key in list(open_batch):
