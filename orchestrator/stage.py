@@ -471,8 +471,12 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
                     g.cancel()
                 raise StageError(f"dispatch failed: {type(exc).__name__}: {exc}") from exc
         pending = list(not_done)
-        alive = set(cl.client.scheduler_info(n_workers=-1)["workers"])
-        lost = start_workers - alive
+        if not pending:
+            break
+        lost = start_workers - _live_workers(cl)
+        if lost:  # ask again: a worker is lost only if it is gone twice in a row
+            time.sleep(poll)
+            lost &= start_workers - _live_workers(cl)
         if lost:
             for g in futures:
                 g.cancel()
@@ -481,6 +485,14 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
                 f"I/O worker {names} died during dispatch; the stage was aborted and its "
                 "temporary output removed"
             )
+
+
+def _live_workers(cl: IOCluster) -> set[str]:
+    """Addresses of the workers the scheduler knows now (a fresh query, not the client cache)."""
+    # Client.scheduler_info() returns a cache that a background refresh may
+    # replace with one that lists no workers; ask the scheduler directly.
+    identity = cl.client.sync(cl.client.scheduler.identity, n_workers=-1)
+    return set(identity.get("workers", {}))
 
 
 def _manifest(fmt: str, staged: _Staged, plan: Plan, trace: Trace, sums: dict[str, str],
