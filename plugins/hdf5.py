@@ -104,8 +104,9 @@ class HDF5Backend(Backend):
         import h5py
 
         with h5py.File(tmp, "r+") as f:
-            for r in rows.tolist():
-                f[spec.name][r] = spec.fill_value
+            ds = f[spec.name]
+            block = np.full((rows.size, *spec.row_shape), spec.fill_value, dtype=spec.dtype)
+            ds[np.asarray(rows, dtype=np.int64)] = block  # rows are sorted and unique
 
     def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
         import h5py
