@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "fsync_path", "fsync_tree"]
 
 
 @contextmanager
@@ -34,3 +34,32 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Flush a file or directory to stable storage.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> fsync_path(tempfile.mkdtemp())
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: str | os.PathLike[str]) -> None:
+    """:func:`fsync_path` every file below ``path``, then the directories.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> fsync_tree(tempfile.mkdtemp())
+    """
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in [*files, *dirs]:
+            fsync_path(os.path.join(root, name))
+    fsync_path(path)

@@ -24,6 +24,7 @@ from .assignment import assign
 from .cluster import IOCluster, local_cluster
 from .contributions import Contribution, ContributionError, DatasetSpec, gather
 from .cost import CostModel
+from .files import fsync_path
 from .layout import StageTransfers, StripeLayout, derive_transfers
 from .plan import Plan
 from .policies import get_policy, schedule
@@ -341,7 +342,7 @@ def write_stage(
         if target.exists():  # overwrite: the old target goes only once the new one is complete
             _remove(target)
         os.rename(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_path(target.parent)
     except BaseException:
         try:
             cl.client.run(_drop_writers, tmp.name, wait=True)
@@ -569,11 +570,3 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
+from orchestrator.files import fsync_path
 from orchestrator.layout import StripeLayout
 from orchestrator.storage import Backend, StorageError, Writer
 
@@ -113,11 +114,7 @@ class HDF5Backend(Backend):
 
         with h5py.File(tmp, "r+") as f:
             f.attrs[MANIFEST_ATTR] = json.dumps(manifest, sort_keys=True)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(tmp)
 
     def read_manifest(self, path: Path) -> dict[str, Any]:
         import h5py

@@ -11,7 +11,6 @@ root group, committed with the store directory by one rename.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
+from orchestrator.files import fsync_tree
 from orchestrator.layout import StripeLayout
 from orchestrator.storage import Backend, StorageError, Writer
 
@@ -138,13 +138,7 @@ class ZarrBackend(Backend):
         import zarr
 
         zarr.open_group(tmp, mode="r+").attrs[MANIFEST_ATTR] = manifest
-        for root, _dirs, files in os.walk(tmp):
-            for name in files:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+        fsync_tree(tmp)
 
     def read_manifest(self, path: Path) -> dict[str, Any]:
         import zarr

@@ -8,7 +8,7 @@ clients + I/O nodes), so a run costs O(rounds * (C + S) + E log E).
 import numpy as np
 from numba import njit
 
-from .groups import group_by
+from .groups import group_by, group_sorted
 from .rng import below
 
 
@@ -21,13 +21,9 @@ def _client_lists(client, key, n_clients, ordered=True):
     A counting sort groups by client (ids stay increasing), then each short
     group is sorted stably on its own: cheaper than one global sort.
     """
-    units, cnt = group_by(client, n_clients)
-    for c in range(n_clients if ordered else 0):
-        lo, hi = cnt[c], cnt[c + 1]
-        if hi - lo > 1:
-            seg = units[lo:hi].copy()
-            units[lo:hi] = seg[np.argsort(key[seg], kind="mergesort")]
-    return units, cnt
+    if ordered:
+        return group_sorted(client, n_clients, key)
+    return group_by(client, n_clients)
 
 
 @njit(cache=True)

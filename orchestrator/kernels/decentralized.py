@@ -10,7 +10,7 @@ simulation, and that pop order list-schedules to the same times.
 import numpy as np
 from numba import njit
 
-from .groups import group_by
+from .groups import group_by, group_sorted, widest
 from .heap import pop, push, replace_top
 from .rng import below
 
@@ -28,13 +28,7 @@ def _client_runs(client, ionode, n_clients, n_ionodes):
         # dense enough: one counting sort on the (client, I/O node) pair is fastest
         members = group_by(client * n_ionodes + ionode, n_clients * n_ionodes)[0]
         return members, group_by(client, n_clients)[1]
-    members, ptr = group_by(client, n_clients)
-    for c in range(n_clients):
-        lo, hi = ptr[c], ptr[c + 1]
-        if hi - lo > 1:
-            seg = members[lo:hi].copy()
-            members[lo:hi] = seg[np.argsort(ionode[seg], kind="mergesort")]
-    return members, ptr
+    return group_sorted(client, n_clients, ionode)
 
 
 @njit(cache=True)
@@ -60,9 +54,7 @@ def first_ios_sequences(client, n_clients):
 def random_ios_sequences(client, ionode, n_clients, n_ionodes, state):
     """Each client picks a uniformly random I/O node that still has its pieces, piece by piece."""
     members, ptr = _client_runs(client, ionode, n_clients, n_ionodes)
-    width = 1
-    for c in range(n_clients):
-        width = max(width, ptr[c + 1] - ptr[c])
+    width = widest(ptr)
     node = np.empty(width, dtype=np.int64)
     head = np.empty(width, dtype=np.int64)
     end = np.empty(width, dtype=np.int64)
@@ -89,9 +81,7 @@ def random_ios_sequences(client, ionode, n_clients, n_ionodes, state):
 def hash_ios_sequences(client, ionode, n_clients, n_ionodes):
     """Client ``c`` cycles over I/O nodes from ``c mod n_ionodes``, skipping exhausted ones."""
     members, ptr = _client_runs(client, ionode, n_clients, n_ionodes)
-    width = 1
-    for c in range(n_clients):
-        width = max(width, ptr[c + 1] - ptr[c])
+    width = widest(ptr)
     node = np.empty(width, dtype=np.int64)
     head = np.empty(width, dtype=np.int64)
     end = np.empty(width, dtype=np.int64)
