@@ -270,7 +270,7 @@ def write_stage(
         The checkpoint to create (an HDF5 file or a Zarr directory).
     datasets : mapping
         ``name -> (DatasetSpec, [Contribution, ...])``.
-    format : {"hdf5", "zarr"}
+    format : {"hdf5", "hdf5-vds", "zarr"}
     policy : str
         Scheduling policy (see :func:`orchestrator.policies`).
     cluster : IOCluster, optional
@@ -334,7 +334,7 @@ def write_stage(
         info["token"] = tmp.name
         for spec in staged.specs:
             if missing[spec.name].size:
-                backend.fill(tmp, spec, missing[spec.name])
+                backend.fill(info, spec, missing[spec.name])
         aggregate = strategy == "two-phase" or backend.name == "zarr"
         trace, sums = _dispatch(cl, backend.name, info, staged, plan, datasets, aggregate)
         manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
@@ -547,7 +547,7 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     path = Path(path)
     if not path.exists():
         raise StorageError(f"{path} does not exist")
-    fmt = "zarr" if path.is_dir() else "hdf5"
+    fmt = "hdf5" if not path.is_dir() else "hdf5-vds" if (path / "master.h5").exists() else "zarr"
     backend = get_backend(fmt)
     manifest = backend.read_manifest(path)
     bad = []

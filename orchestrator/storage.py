@@ -91,7 +91,7 @@ class Backend(ABC):
         """The datasets of a committed target as array-likes (h5py / zarr objects)."""
 
     @abstractmethod
-    def fill(self, tmp: Path, spec: DatasetSpec, rows: Any) -> None:
+    def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: Any) -> None:
         """Write the fill value into ``rows`` nobody contributed (allowed missing rows)."""
 
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
@@ -100,6 +100,7 @@ class Backend(ABC):
 
 
 _BACKENDS = {"hdf5": "orchestrator.plugins.hdf5:HDF5Backend",
+             "hdf5-vds": "orchestrator.plugins.hdf5:HDF5SubfileBackend",
              "zarr": "orchestrator.plugins.zarr:ZarrBackend"}  # fmt: skip
 
 

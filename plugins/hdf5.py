@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
-from orchestrator.files import fsync_path
+from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
 from orchestrator.storage import Backend, StorageError, Writer
 
@@ -100,11 +100,11 @@ class HDF5Backend(Backend):
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         return HDF5Writer(info, aggregate)
 
-    def fill(self, tmp: Path, spec: DatasetSpec, rows: np.ndarray) -> None:
+    def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed (allowed missing rows)."""
         import h5py
 
-        with h5py.File(tmp, "r+") as f:
+        with h5py.File(info["path"], "r+") as f:
             ds = f[spec.name]
             block = np.full((rows.size, *spec.row_shape), spec.fill_value, dtype=spec.dtype)
             ds[np.asarray(rows, dtype=np.int64)] = block  # rows are sorted and unique
@@ -143,3 +143,146 @@ class HDF5Backend(Backend):
 
         f = h5py.File(path, "r")
         return {name: f[name] for name in f if isinstance(f[name], h5py.Dataset)}
+
+
+class SubfileWriter(Writer):
+    """Positioned writes into this I/O node's own subfile (no shared file needed)."""
+
+    def __init__(self, info: dict[str, Any], ionode: int) -> None:
+        self.n = info["n_ionodes"]
+        self.stripe: dict[str, int] = info["stripe_bytes"]
+        self.base: dict[str, int] = info["offsets"][ionode]
+        self.fd = os.open(info["subfiles"][ionode], os.O_RDWR)
+
+    def _local(self, dataset: str, offset: int) -> int:
+        sb = self.stripe[dataset]
+        j, inner = divmod(offset, sb)
+        return self.base[dataset] + (j // self.n) * sb + inner
+
+    def put(self, dataset: str, offset: int, data: memoryview) -> None:
+        _pwrite_all(self.fd, data, self._local(dataset, offset))
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+
+    def read(self, dataset: str, offset: int, nbytes: int) -> bytes:
+        return os.pread(self.fd, nbytes, self._local(dataset, offset))
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+class HDF5SubfileBackend(HDF5Backend):
+    """HDF5 for I/O nodes that share no file system: one subfile per I/O node + a VDS master.
+
+    The target is a directory holding ``master.h5`` and ``io-K.h5``. Stripes
+    are whole rows; I/O node ``k`` stores its stripes back to back in its
+    subfile, and the master maps every stripe into one logical dataset with
+    an HDF5 Virtual Dataset (relative source paths, so the directory can be
+    moved). h5py reads ``master.h5`` like any file.
+    """
+
+    name = "hdf5-vds"
+    MASTER = "master.h5"
+
+    def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
+        return max(1, requested // max(spec.row_bytes, 1)) * spec.row_bytes
+
+    def create(
+        self, tmp: Path, specs: Sequence[DatasetSpec], layouts: Sequence[StripeLayout]
+    ) -> dict[str, Any]:
+        import h5py
+
+        n = layouts[0].n_ionodes
+        tmp.mkdir()
+        names = [f"io-{k}.h5" for k in range(n)]
+        offsets: list[dict[str, int]] = [{} for _ in range(n)]
+        for k, sub in enumerate(names):
+            with h5py.File(tmp / sub, "w") as f:
+                for spec, lay in zip(specs, layouts, strict=True):
+                    rows = self._rows_on(spec, lay, k)
+                    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+                    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+                    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+                    space = h5py.h5s.create_simple((max(rows, 1), *spec.row_shape))
+                    tid = h5py.h5t.py_create(spec.dtype, logical=True)
+                    dsid = h5py.h5d.create(f.id, spec.name.encode(), tid, space, dcpl=dcpl)
+                    offsets[k][spec.name] = int(dsid.get_offset())
+                    dsid.close()
+        with h5py.File(tmp / self.MASTER, "w") as f:
+            for spec, lay in zip(specs, layouts, strict=True):
+                vl = h5py.VirtualLayout(shape=spec.shape, dtype=spec.dtype)
+                rps = lay.stripe_bytes // spec.row_bytes
+                sources = [
+                    h5py.VirtualSource(
+                        names[k],
+                        spec.name,
+                        shape=(max(self._rows_on(spec, lay, k), 1), *spec.row_shape),
+                    )
+                    for k in range(n)
+                ]
+                for j in range(lay.stripes(spec.nbytes)):
+                    r0, r1 = j * rps, min((j + 1) * rps, spec.n_rows)
+                    local = (j // n) * rps
+                    vl[r0:r1] = sources[j % n][local : local + (r1 - r0)]
+                f.create_virtual_dataset(spec.name, vl, fillvalue=spec.fill_value)
+        return {
+            "path": str(tmp),
+            "subfiles": [str(tmp / s) for s in names],
+            "offsets": offsets,
+            "n_ionodes": n,
+            "stripe_bytes": {
+                s.name: lay.stripe_bytes for s, lay in zip(specs, layouts, strict=True)
+            },
+        }
+
+    @staticmethod
+    def _rows_on(spec: DatasetSpec, lay: StripeLayout, k: int) -> int:
+        rps = lay.stripe_bytes // spec.row_bytes
+        return sum(
+            min(rps, spec.n_rows - j * rps)
+            for j in range(k, lay.stripes(spec.nbytes), lay.n_ionodes)
+        )
+
+    def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
+        return SubfileWriter(info, ionode)
+
+    def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
+        """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles."""
+        value = memoryview(np.full(spec.row_shape, spec.fill_value, dtype=spec.dtype).tobytes())
+        writers: dict[int, SubfileWriter] = {}
+        sb, n = info["stripe_bytes"][spec.name], info["n_ionodes"]
+        try:
+            for r in np.asarray(rows).tolist():
+                k = (r * spec.row_bytes // sb) % n
+                if k not in writers:
+                    writers[k] = SubfileWriter(info, k)
+                writers[k].put(spec.name, r * spec.row_bytes, value)
+        finally:
+            for w in writers.values():
+                w.release()
+
+    def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
+        import h5py
+
+        with h5py.File(tmp / self.MASTER, "r+") as f:
+            f.attrs[MANIFEST_ATTR] = json.dumps(manifest, sort_keys=True)
+        fsync_tree(tmp)
+
+    def read_manifest(self, path: Path) -> dict[str, Any]:
+        return super().read_manifest(path / self.MASTER)
+
+    def read_bytes(self, path: Path, dataset: str, offset: int, nbytes: int) -> bytes:
+        import h5py
+
+        with h5py.File(path / self.MASTER, "r") as f:
+            ds = f[dataset]
+            rb = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
+            r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
+            raw = np.ascontiguousarray(ds[r0:r1]).reshape(-1).view(np.uint8)
+        skip = offset - r0 * rb
+        return raw[skip : skip + nbytes].tobytes()
+
+    def open(self, path: Path) -> dict[str, Any]:
+        return super().open(path / self.MASTER)

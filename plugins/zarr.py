@@ -131,7 +131,7 @@ class ZarrBackend(Backend):
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         return ZarrWriter(info)
 
-    def fill(self, tmp: Path, spec: DatasetSpec, rows: Any) -> None:
+    def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: Any) -> None:
         """Nothing to do: unwritten rows read as the array's fill value."""
 
     def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
@@ -144,7 +144,8 @@ class ZarrBackend(Backend):
         import zarr
 
         try:
-            manifest: dict[str, Any] = dict(zarr.open_group(path, mode="r").attrs[MANIFEST_ATTR])
+            stored: Any = zarr.open_group(path, mode="r").attrs[MANIFEST_ATTR]
+            manifest: dict[str, Any] = dict(stored)
         except Exception as err:  # zarr raises several types for a missing/invalid store
             msg = f"{path}: not a checkpoint written by io-orchestrator ({err})"
             raise StorageError(msg) from None

@@ -20,7 +20,7 @@ from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.stage import StageError, verify, write_stage
 from orchestrator.storage import StorageError, get_backend
 
-FORMATS = ["hdf5", "zarr"]
+FORMATS = ["hdf5", "hdf5-vds", "zarr"]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,25 @@ def test_ordered_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path):
         assert realized.tolist() == plan.ionode_sequence(s).tolist()
 
 
+def test_hdf5_subfiles_are_read_through_a_virtual_dataset(cluster, tmp_path):
+    datasets, truth = _case(seed=4)
+    target = tmp_path / "vds"
+    write_stage(target, datasets, format="hdf5-vds", cluster=cluster, stripe_bytes=1000)
+    assert sorted(p.name for p in target.iterdir()) == [
+        "io-0.h5",
+        "io-1.h5",
+        "io-2.h5",
+        "master.h5",
+    ]
+    moved = tmp_path / "moved"
+    target.rename(moved)  # relative source paths: the directory can move
+    with h5py.File(moved / "master.h5", "r") as f:
+        assert f["u"].is_virtual and np.array_equal(f["u"][...], truth)
+    with h5py.File(moved / "io-0.h5", "r") as f:  # each I/O node holds only its own stripes
+        assert f["u"].shape[0] < 3000
+    assert verify(moved) == []
+
+
 def test_hdf5_is_a_normal_file(cluster, tmp_path):
     datasets, truth = _case(seed=2)
     target = tmp_path / "n.h5"
@@ -132,10 +151,11 @@ def test_verify_detects_a_flipped_byte(cluster, tmp_path, fmt):
     datasets, _ = _case(seed=3)
     target = tmp_path / f"c.{fmt}"
     write_stage(target, datasets, format=fmt, cluster=cluster, stripe_bytes=4096)
-    if fmt == "hdf5":
-        with h5py.File(target, "r") as f:
-            pos = f["u"].id.get_offset() + 5000
-        with open(target, "r+b") as fh:
+    if fmt.startswith("hdf5"):
+        data_file = target if fmt == "hdf5" else target / "io-1.h5"  # a subfile of the VDS
+        with h5py.File(data_file, "r") as f:
+            pos = f["u"].id.get_offset() + 500
+        with open(data_file, "r+b") as fh:
             fh.seek(pos)
             b = fh.read(1)
             fh.seek(pos)
