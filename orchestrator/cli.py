@@ -300,7 +300,7 @@ def write_bench_cmd(
     ] = "1GiB",
     clients: Annotated[int, typer.Option(min=1, help="Clients (contributing tasks).")] = 16,
     ionodes: Annotated[int, typer.Option(min=1, help="I/O workers of the embedded cluster.")] = 4,
-    format: Annotated[str, typer.Option(help="hdf5, hdf5-vds or zarr.")] = "hdf5",
+    format: Annotated[str, typer.Option(help="hdf5, hdf5-vds, hdf5-chunked or zarr.")] = "hdf5",
     policy: Annotated[str, typer.Option(help="A policy name, or 'all'.")] = "all",
     stripe: Annotated[str, typer.Option(help="Stripe (and Zarr shard) size.")] = "8MiB",
     strategy: Annotated[str, typer.Option(help="contiguous, list or two-phase.")] = "contiguous",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,28 @@ class IOCluster:
         """The compute worker that holds client ``client``'s contribution (round robin)."""
         pool = self.compute or self.ionodes
         return pool[client % len(pool)]
+
+    def refresh(self, timeout: float = 60.0) -> None:
+        """Re-discover the workers, waiting until as many I/O workers as before are back.
+
+        A Nanny restarts a worker that died (with a new address), so a
+        long-lived cluster object re-reads the addresses before each stage.
+        """
+        want = len(self.ionodes)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ionodes, compute = _discover(self.client)
+            except ClusterError:
+                ionodes, compute = [], []
+            if len(ionodes) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if len(ionodes) < want:
+            raise ClusterError(
+                f"only {len(ionodes)} of {want} I/O workers are back after {timeout} s"
+            )
+        self.ionodes, self.compute = ionodes, compute
 
     def worker_pids(self) -> dict[str, int]:
         """PID of every worker process, by address (to stop one for real in tests)."""
@@ -143,7 +166,8 @@ def connect(address: str | None = None, scheduler_file: str | None = None) -> IO
 
 def _discover(client: Any) -> tuple[list[str], list[str]]:
     """I/O workers ordered by their ``io-K`` resource (or name), and the other workers."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    # a fresh query: Client.scheduler_info() may return a cache without workers
+    info = client.sync(client.scheduler.identity, n_workers=-1).get("workers", {})
     io: dict[int, str] = {}
     compute = []
     for addr, w in info.items():

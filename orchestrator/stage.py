@@ -270,7 +270,7 @@ def write_stage(
         The checkpoint to create (an HDF5 file or a Zarr directory).
     datasets : mapping
         ``name -> (DatasetSpec, [Contribution, ...])``.
-    format : {"hdf5", "hdf5-vds", "zarr"}
+    format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
     policy : str
         Scheduling policy (see :func:`orchestrator.policies`).
     cluster : IOCluster, optional
@@ -321,6 +321,8 @@ def write_stage(
         raise StorageError(f"directory {target.parent} is not writable")
     own = cluster is None
     cl = local_cluster(n_ionodes=n_ionodes, n_compute=2) if cluster is None else cluster
+    if not own:
+        cl.refresh()  # a worker restarted since the last stage has a new address
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         staged, missing = _prepare(
@@ -335,7 +337,7 @@ def write_stage(
         for spec in staged.specs:
             if missing[spec.name].size:
                 backend.fill(info, spec, missing[spec.name])
-        aggregate = strategy == "two-phase" or backend.name == "zarr"
+        aggregate = strategy == "two-phase"
         trace, sums = _dispatch(cl, backend.name, info, staged, plan, datasets, aggregate)
         manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
         backend.finish(tmp, manifest)

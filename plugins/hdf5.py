@@ -21,7 +21,7 @@ import numpy as np
 from orchestrator.contributions import DatasetSpec
 from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
-from orchestrator.storage import Backend, StorageError, Writer
+from orchestrator.storage import Backend, StorageError, WholeStripeWriter, Writer, stripe_meta
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
@@ -172,6 +172,39 @@ class SubfileWriter(Writer):
         os.close(self.fd)
 
 
+class ChunkedSubfileWriter(WholeStripeWriter):
+    """Compressed subfile of one I/O node: each stripe is one chunk, written whole by h5py."""
+
+    def __init__(self, info: dict[str, Any], ionode: int) -> None:
+        import h5py
+
+        super().__init__(info["meta"])
+        self.n = info["n_ionodes"]
+        self.path = info["subfiles"][ionode]
+        self.file = h5py.File(self.path, "r+")
+
+    def _local(self, name: str, row: int) -> int:
+        rps = self.meta[name]["rows_per_stripe"]
+        k = row // rps
+        return (k // self.n) * rps + row - k * rps
+
+    def store(self, name: str, k: int, rows: Any) -> None:
+        local = self._local(name, k * self.meta[name]["rows_per_stripe"])
+        self.file[name][local : local + rows.shape[0]] = rows
+
+    def load(self, name: str, r0: int, r1: int) -> Any:
+        local = self._local(name, r0)  # read-back is per stripe, so r0..r1 is in one stripe
+        return self.file[name][local : local + (r1 - r0)]
+
+    def flush(self) -> None:
+        super().flush()
+        self.file.flush()
+        fsync_path(self.path)
+
+    def release(self) -> None:
+        self.file.close()
+
+
 class HDF5SubfileBackend(HDF5Backend):
     """HDF5 for I/O nodes that share no file system: one subfile per I/O node + a VDS master.
 
@@ -184,6 +217,9 @@ class HDF5SubfileBackend(HDF5Backend):
 
     name = "hdf5-vds"
     MASTER = "master.h5"
+
+    def __init__(self, compression: str | None = None) -> None:
+        self.compression = compression
 
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
         return max(1, requested // max(spec.row_bytes, 1)) * spec.row_bytes
@@ -201,6 +237,17 @@ class HDF5SubfileBackend(HDF5Backend):
             with h5py.File(tmp / sub, "w") as f:
                 for spec, lay in zip(specs, layouts, strict=True):
                     rows = self._rows_on(spec, lay, k)
+                    if self.compression is not None:  # one chunk per stripe, one writer each
+                        rps = lay.stripe_bytes // spec.row_bytes
+                        f.create_dataset(
+                            spec.name,
+                            shape=(max(rows, 1), *spec.row_shape),
+                            dtype=spec.dtype,
+                            chunks=(max(1, min(rps, rows)), *spec.row_shape),
+                            compression=self.compression,
+                            fillvalue=spec.fill_value,
+                        )
+                        continue
                     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
                     dcpl.set_layout(h5py.h5d.CONTIGUOUS)
                     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
@@ -229,6 +276,8 @@ class HDF5SubfileBackend(HDF5Backend):
                 f.create_virtual_dataset(spec.name, vl, fillvalue=spec.fill_value)
         return {
             "path": str(tmp),
+            "compression": self.compression,
+            "meta": {s.name: stripe_meta(s, lay) for s, lay in zip(specs, layouts, strict=True)},
             "subfiles": [str(tmp / s) for s in names],
             "offsets": offsets,
             "n_ionodes": n,
@@ -246,10 +295,18 @@ class HDF5SubfileBackend(HDF5Backend):
         )
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
+        if info["compression"] is not None:
+            return ChunkedSubfileWriter(info, ionode)
         return SubfileWriter(info, ionode)
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
-        """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles."""
+        """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles.
+
+        Compressed subfiles need nothing: stripes are stored padded with the
+        fill value, and chunks nobody wrote read as the fill value.
+        """
+        if info["compression"] is not None:
+            return
         value = memoryview(np.full(spec.row_shape, spec.fill_value, dtype=spec.dtype).tobytes())
         writers: dict[int, SubfileWriter] = {}
         sb, n = info["stripe_bytes"][spec.name], info["n_ionodes"]
@@ -286,3 +343,17 @@ class HDF5SubfileBackend(HDF5Backend):
 
     def open(self, path: Path) -> dict[str, Any]:
         return super().open(path / self.MASTER)
+
+
+class HDF5ChunkedBackend(HDF5SubfileBackend):
+    """Compressed (gzip) chunked HDF5: subfiles per I/O node with one chunk per stripe + a VDS.
+
+    Two processes never write one chunk: a stripe (= chunk) belongs to one
+    I/O node, which gathers it and writes it whole with h5py into its own
+    subfile.
+    """
+
+    name = "hdf5-chunked"
+
+    def __init__(self) -> None:
+        super().__init__(compression="gzip")

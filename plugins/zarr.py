@@ -20,7 +20,7 @@ import numpy as np
 from orchestrator.contributions import DatasetSpec
 from orchestrator.files import fsync_tree
 from orchestrator.layout import StripeLayout
-from orchestrator.storage import Backend, StorageError, Writer
+from orchestrator.storage import Backend, StorageError, WholeStripeWriter, Writer, stripe_meta
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
@@ -32,64 +32,26 @@ def _rows_per_shard(spec: DatasetSpec, requested: int) -> int:
     return rows
 
 
-class ZarrWriter(Writer):
+class ZarrWriter(WholeStripeWriter):
     """Gathers pieces per shard and writes each shard whole, once."""
 
     def __init__(self, info: dict[str, Any]) -> None:
         import zarr
 
-        self.path = info["path"]
-        self.meta: dict[str, dict[str, Any]] = info["datasets"]
-        self.arrays = {name: zarr.open_array(self.path, path=name, mode="r+") for name in self.meta}
-        self.buffers: dict[tuple[str, int], tuple[np.ndarray, list[int]]] = {}
+        super().__init__(info["datasets"])
+        self.arrays = {
+            name: zarr.open_array(info["path"], path=name, mode="r+") for name in self.meta
+        }
 
-    def _shard(self, name: str, k: int) -> tuple[np.ndarray, list[int]]:
-        key = (name, k)
-        if key not in self.buffers:
-            m = self.meta[name]
-            r0 = k * m["rows_per_shard"]
-            r1 = min(r0 + m["rows_per_shard"], m["shape"][0])
-            rows = np.full((r1 - r0, *m["shape"][1:]), m["fill_value"], dtype=np.dtype(m["dtype"]))
-            self.buffers[key] = (rows, [0])
-        return self.buffers[key]
-
-    def put(self, dataset: str, offset: int, data: memoryview) -> None:
-        m = self.meta[dataset]
-        sb = m["stripe_bytes"]
-        pos = 0
-        while pos < len(data):  # a piece lies inside one shard, but be general
-            k, inner = divmod(offset + pos, sb)
-            rows, filled = self._shard(dataset, k)
-            flat = rows.reshape(-1).view(np.uint8)
-            n = min(len(data) - pos, flat.size - inner)
-            flat[inner : inner + n] = np.frombuffer(data[pos : pos + n], dtype=np.uint8)
-            filled[0] += n
-            pos += n
-            if filled[0] == flat.size:
-                self._write(dataset, k)
-
-    def _write(self, name: str, k: int) -> None:
-        rows, _ = self.buffers.pop((name, k))
-        r0 = k * self.meta[name]["rows_per_shard"]
+    def store(self, name: str, k: int, rows: Any) -> None:
+        r0 = k * self.meta[name]["rows_per_stripe"]
         self.arrays[name][r0 : r0 + rows.shape[0]] = rows
 
-    def flush(self) -> None:
-        for name, k in list(self.buffers):  # shards with allowed-missing rows
-            self._write(name, k)
-
-    def read(self, dataset: str, offset: int, nbytes: int) -> bytes:
-        return _read(self.arrays[dataset], self.meta[dataset], offset, nbytes)
+    def load(self, name: str, r0: int, r1: int) -> Any:
+        return self.arrays[name][r0:r1]
 
     def release(self) -> None:
         self.arrays.clear()
-
-
-def _read(arr: Any, m: dict[str, Any], offset: int, nbytes: int) -> bytes:
-    rb = m["row_bytes"]
-    r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
-    raw = np.ascontiguousarray(arr[r0:r1]).reshape(-1).view(np.uint8)
-    skip = offset - r0 * rb
-    return raw[skip : skip + nbytes].tobytes()
 
 
 class ZarrBackend(Backend):
@@ -118,14 +80,7 @@ class ZarrBackend(Backend):
                 shards=(rps, *spec.row_shape),
                 fill_value=spec.fill_value,
             )
-            meta[spec.name] = {
-                "shape": list(spec.shape),
-                "dtype": spec.dtype.str,
-                "fill_value": spec.fill_value,
-                "rows_per_shard": rps,
-                "stripe_bytes": lay.stripe_bytes,
-                "row_bytes": spec.row_bytes,
-            }
+            meta[spec.name] = stripe_meta(spec, lay)
         return {"path": str(tmp), "datasets": meta}
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
@@ -155,8 +110,10 @@ class ZarrBackend(Backend):
         import zarr
 
         arr = zarr.open_array(path, path=dataset, mode="r")
-        spec = DatasetSpec(dataset, arr.shape, arr.dtype)
-        return _read(arr, {"row_bytes": spec.row_bytes}, offset, nbytes)
+        rb = DatasetSpec(dataset, arr.shape, arr.dtype).row_bytes
+        r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
+        raw = np.ascontiguousarray(arr[r0:r1]).reshape(-1).view(np.uint8)
+        return raw[offset - r0 * rb : offset - r0 * rb + nbytes].tobytes()
 
     def open(self, path: Path) -> dict[str, Any]:
         import zarr
