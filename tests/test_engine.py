@@ -262,3 +262,24 @@ def test_connect_finds_io_workers_of_a_running_cluster(cluster):
         other.close()
     with pytest.raises(ClusterError, match="exactly one of address and scheduler_file"):
         connect()
+
+
+def test_bad_stage_input_is_named_and_writes_nothing(cluster, tmp_path):
+    from orchestrator.contributions import ContributionError
+    from orchestrator.layout import LayoutError
+    from orchestrator.policies import PolicyError
+
+    datasets, _ = _case()
+    cases = [
+        ({"format": "netcdf"}, StorageError, "unknown format 'netcdf'"),
+        ({"strategy": "collective"}, LayoutError, "unknown strategy 'collective'"),
+        ({"policy": "fastest"}, PolicyError, "unknown policy 'fastest'"),
+        ({"assignment": "idg"}, ContributionError, "unknown assignment method 'idg'"),
+    ]
+    for kwargs, exc, message in cases:
+        with pytest.raises(exc, match=message):
+            write_stage(tmp_path / "x.h5", datasets, cluster=cluster, **kwargs)
+    spec, parts = datasets["u"]
+    with pytest.raises(ContributionError, match="dataset key 'v' differs from its spec name 'u'"):
+        write_stage(tmp_path / "x.h5", {"v": (spec, parts)}, cluster=cluster)
+    assert list(tmp_path.iterdir()) == []
