@@ -96,6 +96,51 @@ def _drop_writers(token: str) -> int:
     return n
 
 
+def _describe(con: Contribution) -> tuple[int, np.ndarray, tuple[int, ...], str]:
+    """On the worker holding a contribution: what the parent needs to plan (no values)."""
+    return con.client, con.rows, tuple(con.values.shape), con.values.dtype.str
+
+
+def _standin(client: int, rows: np.ndarray, shape: tuple[int, ...], dtype: str) -> Contribution:
+    """A Contribution with the real rows and a zero-byte view standing in for the values."""
+    c = Contribution.__new__(Contribution)
+    values = np.lib.stride_tricks.as_strided(np.zeros(1, dtype=dtype), shape, (0,) * len(shape))
+    object.__setattr__(c, "client", client)
+    object.__setattr__(c, "rows", rows)
+    object.__setattr__(c, "values", values)
+    return c
+
+
+def _is_future(x: Any) -> bool:
+    return type(x).__name__ == "Future" and hasattr(x, "key")
+
+
+def _localize(
+    cl: IOCluster,
+    datasets: Mapping[str, tuple[DatasetSpec, Sequence[Any]]],
+    unique: bool,
+) -> tuple[dict[str, tuple[DatasetSpec, list[Contribution]]], dict[tuple[str, int], Any]]:
+    """Replace contributions that live on workers (Dask futures) by stand-ins with their rows.
+
+    Their values never come to this process; only rows, shapes and dtypes do.
+    """
+    local: dict[str, tuple[DatasetSpec, list[Contribution]]] = {}
+    remote: dict[tuple[str, int], Any] = {}
+    for name, (spec, contribs) in datasets.items():
+        futures = [c for c in contribs if _is_future(c)]
+        if futures and unique:
+            raise ContributionError(
+                f"dataset {name!r}: unique=True compares replica values, which needs the "
+                "contributions in this process; pass them as Contribution objects"
+            )
+        described = cl.client.gather([cl.client.submit(_describe, f, pure=False) for f in futures])
+        stand = [_standin(*d) for d in described]
+        for f, d in zip(futures, described, strict=True):
+            remote[(name, d[0])] = f
+        local[name] = (spec, [c for c in contribs if not _is_future(c)] + stand)
+    return local, remote
+
+
 def _cut(
     contribs: Mapping[str, Contribution], ranges: list[tuple[str, int, int, int, str]]
 ) -> list:
@@ -325,6 +370,7 @@ def write_stage(
         cl.refresh()  # a worker restarted since the last stage has a new address
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
     try:
+        datasets, remote = _localize(cl, datasets, unique)
         staged, missing = _prepare(
             datasets, cl.n_ionodes, stripe_bytes, strategy, assignment, unique, allow_missing,
             backend,
@@ -338,7 +384,7 @@ def write_stage(
             if missing[spec.name].size:
                 backend.fill(info, spec, missing[spec.name])
         aggregate = strategy == "two-phase"
-        trace, sums = _dispatch(cl, backend.name, info, staged, plan, datasets, aggregate)
+        trace, sums = _dispatch(cl, backend.name, info, staged, plan, datasets, remote, aggregate)
         manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
         backend.finish(tmp, manifest)
         if target.exists():  # overwrite: the old target goes only once the new one is complete
@@ -365,18 +411,24 @@ def _dispatch(
     staged: _Staged,
     plan: Plan,
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution]]],
+    remote: Mapping[tuple[str, int], Any],
     aggregate: bool,
     batch_bytes: int = 8 << 20,
     batch_units: int = 64,
 ) -> tuple[Trace, dict[str, str]]:
     client = cl.client
-    by_client: dict[int, dict[str, Contribution]] = {}
+    held: dict[int, dict[str, Any]] = {}  # client -> dataset -> future of its Contribution
+    pin: dict[int, list[str] | None] = {}
     for name, (_, contribs) in datasets.items():
         for con in contribs:
-            by_client.setdefault(con.client, {})[name] = con
-    # a list, not the dict itself: scatter would use dict keys as task keys
-    held = {c: client.scatter([d], workers=[cl.compute_worker(c)], hash=False)[0]
-            for c, d in by_client.items()}  # fmt: skip
+            c = con.client
+            if (name, c) in remote:  # already on a worker: cut it where it is
+                held.setdefault(c, {})[name] = remote[(name, c)]
+                pin[c] = None
+            else:  # a list, not the object: scatter treats dicts and tuples specially
+                fut = client.scatter([con], workers=[cl.compute_worker(c)], hash=False)[0]
+                held.setdefault(c, {})[name] = fut
+                pin.setdefault(c, [cl.compute_worker(c)])
     ranges = _unit_ranges(staged, plan)
     # Ordered plans: each I/O node's units in plan order, as a chain of write
     # tasks; consecutive units are batched into one task (up to batch_bytes /
@@ -402,7 +454,7 @@ def _dispatch(
                 _cut_many,
                 held[c],
                 [ranges[u] for u in us],
-                workers=[cl.compute_worker(c)],
+                workers=pin[c],
                 pure=False,
             )
             for c, us in by_client.items()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,14 +48,21 @@ def parse_size(text: str) -> int:
 
 
 def synthetic_stage(
-    nbytes: int, n_clients: int, row_bytes: int = 1024, halo: float = 0.01, seed: int = 0
-) -> tuple[DatasetSpec, list[Contribution]]:
+    nbytes: int,
+    n_clients: int,
+    row_bytes: int = 1024,
+    halo: float = 0.01,
+    seed: int = 0,
+    materialize: bool = True,
+) -> tuple[DatasetSpec, list[Any]]:
     """A dataset of ``nbytes`` whose rows are scattered over clients, some replicated.
 
     Rows go to clients in runs of random length (up to 512 rows, shorter for
     small datasets so every client gets runs); each client
     also holds a copy of ``halo`` of the rows after each of its runs.
-    Values are cheap to make and to check (row id in every element).
+    Values are cheap to make and to check (row id in every element). With
+    ``materialize=False`` the list holds ``(client, rows)`` pairs, for
+    building the values where they will live (see :func:`contribution`).
 
     Examples
     --------
@@ -77,17 +85,26 @@ def synthetic_stage(
         if k == n_clients:
             k, cycle = 0, rng.permutation(n_clients)
     extra = max(1, int(halo * 512))
-    parts = []
+    held = []
     for c in range(n_clients):
         rows = np.flatnonzero(owner == c)
         if rows.size == 0:
             continue
         ends = rows[np.flatnonzero(np.diff(rows) != 1)] if rows.size > 1 else rows
         halo_rows = (ends[:, None] + np.arange(1, extra + 1)).ravel()
-        rows = np.unique(np.concatenate([rows, halo_rows[halo_rows < n_rows]]))
-        values = np.repeat(rows.astype(np.float64)[:, None], width, axis=1)
-        parts.append(Contribution(c, rows, values))
-    return spec, parts
+        held.append((c, np.unique(np.concatenate([rows, halo_rows[halo_rows < n_rows]]))))
+    return spec, [contribution(c, rows, width) for c, rows in held] if materialize else held
+
+
+def contribution(client: int, rows: np.ndarray, width: int) -> Contribution:
+    """The synthetic contribution of ``client``: every element of row ``r`` is ``r``.
+
+    Examples
+    --------
+    >>> contribution(2, np.array([5, 7]), 3).values.tolist()
+    [[5.0, 5.0, 5.0], [7.0, 7.0, 7.0]]
+    """
+    return Contribution(client, rows, np.repeat(rows.astype(np.float64)[:, None], width, axis=1))
 
 
 def raw_write_bandwidth(directory: Path, nbytes: int, block: int = 8 << 20) -> float:
@@ -152,7 +169,13 @@ def run(
     >>> with local_cluster(2, 1) as cl:  # doctest: +SKIP
     ...     raw, rows = run(cl, Path("out"), 1 << 24, 4, "hdf5", ["ecf"], 1 << 20, "contiguous")
     """
-    spec, parts = synthetic_stage(nbytes, n_clients)
+    spec, held = synthetic_stage(nbytes, n_clients, materialize=False)
+    width = spec.shape[1]
+    # build each contribution on a compute worker, as a workflow's tasks would:
+    # the values never pass through this process
+    parts = [cluster.client.submit(contribution, c, rows, width, pure=False,
+                                   workers=[cluster.compute_worker(c)])
+             for c, rows in held]  # fmt: skip
     raw = raw_write_bandwidth(directory, spec.nbytes)
     cost = CostModel(network_bandwidth=10e9, disk_bandwidth=raw / cluster.n_ionodes,
                      network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip

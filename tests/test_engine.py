@@ -283,3 +283,24 @@ def test_bad_stage_input_is_named_and_writes_nothing(cluster, tmp_path):
     with pytest.raises(ContributionError, match="dataset key 'v' differs from its spec name 'u'"):
         write_stage(tmp_path / "x.h5", {"v": (spec, parts)}, cluster=cluster)
     assert list(tmp_path.iterdir()) == []
+
+
+def _make_part(c, n, clients):
+    rows = np.arange(c, n, clients)
+    return Contribution(c, rows, np.repeat(rows[:, None] * 1.0, 2, axis=1))
+
+
+def test_contributions_already_on_workers_are_cut_where_they_live(cluster, tmp_path):
+    # what a Dask workflow hands over: futures of contributions computed on workers
+    n, clients = 2000, 4
+    futs = [cluster.client.submit(_make_part, c, n, clients, workers=cluster.compute, pure=False)
+            for c in range(clients)]  # fmt: skip
+    spec = DatasetSpec("u", (n, 2), "float64")
+    target = tmp_path / "remote.h5"
+    write_stage(target, {"u": (spec, futs)}, cluster=cluster, strategy="list")
+    with h5py.File(target, "r") as f:
+        assert np.array_equal(f["u"][:, 0], np.arange(n, dtype=float))
+    from orchestrator.contributions import ContributionError
+
+    with pytest.raises(ContributionError, match="unique=True compares replica values"):
+        write_stage(tmp_path / "u.h5", {"u": (spec, futs)}, cluster=cluster, unique=True)
