@@ -314,7 +314,9 @@ def write_stage(
     target : path
         The checkpoint to create (an HDF5 file or a Zarr directory).
     datasets : mapping
-        ``name -> (DatasetSpec, [Contribution, ...])``.
+        ``name -> (DatasetSpec, [Contribution, ...])``; an entry may also be a
+        Dask future of a Contribution living on a worker (its values are then
+        never sent to this process).
     format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
     policy : str
         Scheduling policy (see :func:`orchestrator.policies`).
