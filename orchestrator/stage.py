@@ -345,6 +345,13 @@ def write_stage(
     StageError
         Dispatch failed (e.g. an I/O worker died); the temporary output is gone.
 
+    Notes
+    -----
+    Without ``cluster`` an embedded cluster of worker processes is started
+    (and stopped) here; scripts that do this need the usual
+    ``if __name__ == "__main__":`` guard of multiprocessing. Pass an
+    :class:`~orchestrator.cluster.IOCluster` to reuse one across stages.
+
     Examples
     --------
     >>> import numpy as np, tempfile, pathlib
