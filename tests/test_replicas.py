@@ -1,0 +1,135 @@
+"""Replica sets and replica assignment (IDG and baselines) against plain-Python oracles,
+the IDG paper's example, and the real BIPS3D mesh."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracles import SplitMix64
+from orchestrator.workflows.mesh import MeshFormatError, read_metis_graph, read_partition
+
+from orchestrator.assignment import assign_replicas, interval_stats, replica_sets
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bips3d-mesh2"
+if not DATA.exists():  # the shared data sits beside the checkout on these machines
+    DATA = Path("/work/shared/data/bips3d-mesh2")
+
+
+def oracle_sets(nbrs, part, halo):
+    out = []
+    for v in range(len(part)):
+        reach, frontier = {v}, {v}
+        for _ in range(halo):
+            frontier = {w for u in frontier for w in nbrs[u]} - reach
+            reach |= frontier
+        others = sorted({part[w] for w in reach} - {part[v]})
+        out.append([part[v], *others])
+    return out
+
+
+def oracle_assign(sets, method, seed=0):
+    writer = []
+    rng = SplitMix64(seed)
+    for v, s in enumerate(sets):
+        if method == "metis":
+            writer.append(s[0])
+        elif method == "first":
+            writer.append(min(s))
+        elif method == "random":
+            writer.append(s[rng.below(len(s))] if len(s) > 1 else s[0])
+        elif len(s) == 1:  # idg, local node
+            writer.append(s[0])
+        elif v > 0 and writer[v - 1] in s:
+            writer.append(writer[v - 1])
+        elif v + 1 < len(sets) and sets[v + 1][0] in s:
+            writer.append(sets[v + 1][0])
+        else:
+            writer.append(s[0])
+    return writer
+
+
+@st.composite
+def graphs(draw):
+    n = draw(st.integers(1, 30))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
+    nbrs = [set() for _ in range(n)]
+    for a, b in edges:
+        if a != b:
+            nbrs[a].add(b)
+            nbrs[b].add(a)
+    part = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    return [sorted(x) for x in nbrs], part
+
+
+def csr(nbrs):
+    xadj = np.cumsum([0] + [len(x) for x in nbrs])
+    adj = np.array([w for x in nbrs for w in x], dtype=np.int64)
+    return xadj, adj
+
+
+@settings(max_examples=500, deadline=None)
+@given(graphs(), st.integers(1, 3), st.integers(0, 2**32))
+def test_replica_sets_and_every_method_match_oracles(g, halo, seed):
+    nbrs, part = g
+    ptr, members = replica_sets(*csr(nbrs), np.array(part), halo=halo, n_parts=5)
+    sets = [members[ptr[v] : ptr[v + 1]].tolist() for v in range(len(part))]
+    assert sets == oracle_sets(nbrs, part, halo)
+    for method in ("metis", "first", "random", "idg"):
+        assert assign_replicas(ptr, members, method, seed=seed).tolist() == oracle_assign(
+            sets, method, seed
+        )
+
+
+def test_the_idg_papers_example_mesh():
+    # Filgueira et al., Table 1 (neighbours, METIS distribution) -> Table 2 (IDG)
+    nbrs = [[1, 3], [0, 4, 7], [4, 5, 6, 7], [0, 5, 7], [1, 2, 6], [2, 3, 7], [2, 4], [1, 2, 3, 5]]
+    part = np.array([0, 0, 1, 0, 1, 0, 1, 0])
+    ptr, members = replica_sets(*csr(nbrs), part)
+    assert [members[ptr[v] : ptr[v + 1]].tolist() for v in range(8)] == [
+        [0], [0, 1], [1, 0], [0], [1, 0], [0, 1], [1], [0, 1]
+    ]  # fmt: skip
+    assert assign_replicas(ptr, members, "idg").tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="the shared BIPS3D data is not on this machine")
+def test_real_bips3d_mesh_reproduces_the_measured_facts():
+    xadj, adj = read_metis_graph(DATA / "mesh.graph")
+    assert (xadj.size - 1, adj.size // 2) == (32888, 210437)  # the paper's Table 3
+    for k, shared, metis_intervals in ((8, 0.083, 204.0), (64, 0.349, 99.1)):
+        part = read_partition(DATA / f"mesh.graph.part.{k}", xadj.size - 1)
+        ptr, members = replica_sets(xadj, adj, part, halo=1)
+        assert (np.diff(ptr) > 1).mean() == pytest.approx(shared, abs=5e-4)
+        assert interval_stats(part, k)["intervals_per_writer"] == pytest.approx(
+            metis_intervals, abs=0.05
+        )
+        idg = interval_stats(assign_replicas(ptr, members, "idg"), k)["intervals_per_writer"]
+        assert idg < metis_intervals / 1.9  # IDG at least halves the intervals here
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("3 2\n2\n1 3\n", "header says 3 vertices but the file has 2 vertex lines"),
+        ("3 5\n2\n1 3\n2\n", "header says 5 edges but the body lists 4 neighbour entries"),
+        ("3 2\n2\n1 4\n2\n", "line 3: neighbour 4 of vertex 2 is outside 1..3"),
+        ("x y\n", "line 1: header 'x y' is not 'n_vertices n_edges'"),
+    ],
+)
+def test_malformed_graphs_name_file_line_and_value(tmp_path, text, message):
+    p = tmp_path / "bad.graph"
+    p.write_text(text)
+    with pytest.raises(MeshFormatError, match=re.escape(message)):
+        read_metis_graph(p)
+
+
+def test_malformed_partitions(tmp_path):
+    p = tmp_path / "g.part"
+    p.write_text("0\n-1\n")
+    with pytest.raises(MeshFormatError, match=r"line 2: part id -1 is negative"):
+        read_partition(p, 2)
+    p.write_text("0\n1\n")
+    with pytest.raises(MeshFormatError, match="2 part ids for a graph of 3 vertices"):
+        read_partition(p, 3)
