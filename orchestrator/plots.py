@@ -31,6 +31,15 @@ def _pyplot() -> Any:
     return plt
 
 
+def _finish(fig: Figure, path: str | os.PathLike[str] | None) -> Figure:
+    """Lay out ``fig`` and, if asked, save it as a PNG (written aside, then renamed)."""
+    fig.tight_layout()
+    if path is not None:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+    return fig
+
+
 def close(fig: Figure) -> None:
     """Release a figure returned by the functions here (pyplot keeps them alive otherwise).
 
@@ -118,11 +127,7 @@ def gantt(
     if clipped:
         head += f" (first {max_units} of {plan.n_units} units)"
     ax.set_title(head, fontsize=10)
-    fig.tight_layout()
-    if path is not None:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110)
-    return fig
+    return _finish(fig, path)
 
 
 def sweep_plot(
@@ -155,11 +160,7 @@ def sweep_plot(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    if path is not None:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110)
-    return fig
+    return _finish(fig, path)
 
 
 def realized_gantt(
@@ -219,8 +220,4 @@ def realized_gantt(
         span = float(s1.max() - min(0.0, float(s0.min()))) if len(s1) else 0.0
         ax.set_title(f"{plan.policy} {label}: makespan {span:.4g} s", fontsize=10)
     axes[1].set_xlabel("time (s)")
-    fig.tight_layout()
-    if path is not None:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110)
-    return fig
+    return _finish(fig, path)
