@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy orchestrator
+	$(BIN)/mypy orchestrator plugins workflows
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .assignment import assign
+from .assignment import assign_holdings
 from .cluster import IOCluster, local_cluster
 from .contributions import Contribution, ContributionError, DatasetSpec, gather
 from .cost import CostModel
@@ -238,7 +238,7 @@ def _prepare(
             )
         holdings = gather(spec, contributions, unique=unique, allow_missing=allow_missing)
         method = assignment if isinstance(assignment, str) else assignment[name]
-        writer = assign(holdings, method)
+        writer = assign_holdings(holdings, method)
         layout = StripeLayout(n_ionodes, backend.stripe_size(spec, stripe_bytes))
         specs.append(spec)
         parts.append(derive_transfers(spec, writer, layout, strategy, n_clients=n_clients))

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracles import SplitMix64
-from orchestrator.workflows.mesh import MeshFormatError, read_metis_graph, read_partition
+from orchestrator.workflows.mesh import MeshFormatError, read_metis_graph, read_metis_partition
 
-from orchestrator.assignment import assign_replicas, interval_stats, replica_sets
+from orchestrator import assign, interval_stats, replica_sets
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bips3d-mesh2"
 if not DATA.exists():  # the shared data sits beside the checkout on these machines
@@ -74,24 +74,25 @@ def csr(nbrs):
 @given(graphs(), st.integers(1, 3), st.integers(0, 2**32))
 def test_replica_sets_and_every_method_match_oracles(g, halo, seed):
     nbrs, part = g
-    ptr, members = replica_sets(*csr(nbrs), np.array(part), halo=halo, n_parts=5)
-    sets = [members[ptr[v] : ptr[v + 1]].tolist() for v in range(len(part))]
+    rs = replica_sets(*csr(nbrs), np.array(part), halo=halo, n_parts=5)
+    sets = [rs[v].tolist() for v in range(len(part))]
     assert sets == oracle_sets(nbrs, part, halo)
     for method in ("metis", "first", "random", "idg"):
-        assert assign_replicas(ptr, members, method, seed=seed).tolist() == oracle_assign(
-            sets, method, seed
-        )
+        writer = assign(rs, part, method, seed=seed)
+        assert writer.tolist() == oracle_assign(sets, method, seed)
+        assert all(w in s for w, s in zip(writer.tolist(), sets, strict=True))
 
 
 def test_the_idg_papers_example_mesh():
     # Filgueira et al., Table 1 (neighbours, METIS distribution) -> Table 2 (IDG)
     nbrs = [[1, 3], [0, 4, 7], [4, 5, 6, 7], [0, 5, 7], [1, 2, 6], [2, 3, 7], [2, 4], [1, 2, 3, 5]]
     part = np.array([0, 0, 1, 0, 1, 0, 1, 0])
-    ptr, members = replica_sets(*csr(nbrs), part)
-    assert [members[ptr[v] : ptr[v + 1]].tolist() for v in range(8)] == [
+    rs = replica_sets(*csr(nbrs), part)
+    assert [rs[v].tolist() for v in range(8)] == [
         [0], [0, 1], [1, 0], [0], [1, 0], [0, 1], [1], [0, 1]
     ]  # fmt: skip
-    assert assign_replicas(ptr, members, "idg").tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
+    assert assign(rs, part, "idg").tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
+    assert rs.replicated_fraction == 5 / 8  # nodes 1, 2, 4, 5, 7 are shared (the paper)
 
 
 @pytest.mark.skipif(not DATA.exists(), reason="the shared BIPS3D data is not on this machine")
@@ -99,13 +100,13 @@ def test_real_bips3d_mesh_reproduces_the_measured_facts():
     xadj, adj = read_metis_graph(DATA / "mesh.graph")
     assert (xadj.size - 1, adj.size // 2) == (32888, 210437)  # the paper's Table 3
     for k, shared, metis_intervals in ((8, 0.083, 204.0), (64, 0.349, 99.1)):
-        part = read_partition(DATA / f"mesh.graph.part.{k}", xadj.size - 1)
-        ptr, members = replica_sets(xadj, adj, part, halo=1)
-        assert (np.diff(ptr) > 1).mean() == pytest.approx(shared, abs=5e-4)
-        assert interval_stats(part, k)["intervals_per_writer"] == pytest.approx(
+        part = read_metis_partition(DATA / f"mesh.graph.part.{k}", xadj.size - 1)
+        rs = replica_sets(xadj, adj, part, halo=1)
+        assert rs.replicated_fraction == pytest.approx(shared, abs=5e-4)
+        assert interval_stats(part, k).intervals_per_writer == pytest.approx(
             metis_intervals, abs=0.05
         )
-        idg = interval_stats(assign_replicas(ptr, members, "idg"), k)["intervals_per_writer"]
+        idg = interval_stats(assign(rs, part, "idg"), k).intervals_per_writer
         assert idg < metis_intervals / 1.9  # IDG at least halves the intervals here
 
 
@@ -129,10 +130,10 @@ def test_malformed_partitions(tmp_path):
     p = tmp_path / "g.part"
     p.write_text("0\n-1\n")
     with pytest.raises(MeshFormatError, match=r"line 2: part id -1 is negative"):
-        read_partition(p, 2)
+        read_metis_partition(p, 2)
     p.write_text("0\n1\n")
     with pytest.raises(MeshFormatError, match="2 part ids for a graph of 3 vertices"):
-        read_partition(p, 3)
+        read_metis_partition(p, 3)
 
 
 @settings(max_examples=200, deadline=None)
@@ -154,6 +155,6 @@ def test_metis_partition_of_the_real_mesh_is_balanced_and_cuts_like_the_papers()
     assert ours.tolist() == partition(xadj, adj, 8, seed=1).tolist()  # seeded
     sizes = np.bincount(ours, minlength=8)
     assert sizes.min() > 0 and sizes.max() / sizes.mean() < 1.05
-    theirs = read_partition(DATA / "mesh.graph.part.8", xadj.size - 1)
+    theirs = read_metis_partition(DATA / "mesh.graph.part.8", xadj.size - 1)
     cut_ours, cut_theirs = edge_cut(xadj, adj, ours), edge_cut(xadj, adj, theirs)
     assert 0 < cut_ours < 1.5 * cut_theirs  # METIS-quality: same order as the paper's partition

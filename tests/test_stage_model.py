@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.assignment import assign
+from orchestrator.assignment import assign_holdings
 from orchestrator.contributions import Contribution, ContributionError, DatasetSpec, gather
 from orchestrator.layout import LayoutError, StripeLayout, derive_transfers
 
@@ -59,8 +59,8 @@ def test_gather_finds_replicas_and_owner_assignment():
     b = Contribution(0, [2, 3, 4], np.array([[4.0, 5.0], [6, 7], [8, 9]]))
     h = gather(spec, [a, b], unique=True)
     assert h.count.tolist() == [1, 1, 2, 1, 1] and h.replicated_fraction == pytest.approx(0.2)
-    assert assign(h).tolist() == [2, 2, 0, 0, 0]
-    assert assign(h, [2, 2, 2, 0, 0]).tolist() == [2, 2, 2, 0, 0]
+    assert assign_holdings(h).tolist() == [2, 2, 0, 0, 0]
+    assert assign_holdings(h, [2, 2, 2, 0, 0]).tolist() == [2, 2, 2, 0, 0]
 
 
 @pytest.mark.parametrize(
@@ -106,14 +106,14 @@ def test_bad_contributions_are_named(contributions, kwargs, message):
 def test_missing_rows_allowed_and_writer_array_checked():
     spec = DatasetSpec("x", (3,), "int32")
     h = gather(spec, [Contribution(1, [0, 2], np.array([1, 2]))], allow_missing=True)
-    assert h.missing.tolist() == [1] and assign(h).tolist() == [1, -1, 1]
+    assert h.missing.tolist() == [1] and assign_holdings(h).tolist() == [1, -1, 1]
     with pytest.raises(
         ContributionError,
         match=r"row 0 is assigned to client 0, which does not hold it \(holders: \[1\]\)",
     ):
-        assign(h, [0, -1, 1])
+        assign_holdings(h, [0, -1, 1])
     with pytest.raises(ContributionError, match="unknown assignment method 'idg'"):
-        assign(h, "idg")
+        assign_holdings(h, "idg")
     with pytest.raises(LayoutError, match="stripe_bytes must be an integer >= 1, got 0"):
         StripeLayout(2, 0)
     with pytest.raises(LayoutError, match="unknown strategy 'collective'"):

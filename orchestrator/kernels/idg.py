@@ -7,23 +7,65 @@ from .rng import below
 
 
 @njit(cache=True)
+def _sort_small(a, n):
+    """Insertion sort of ``a[:n]`` in place: replica lists are a handful of ids."""
+    for i in range(1, n):
+        x = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@njit(cache=True)
+def _push(out, m, own, others, no):
+    """Append one row's set (own partition, then the sorted others), growing ``out`` by doubling."""
+    if m + 1 + no > out.size:
+        bigger = np.empty(2 * out.size + 1 + no, dtype=np.int64)
+        bigger[:m] = out[:m]
+        out = bigger
+    out[m] = own
+    _sort_small(others, no)
+    for i in range(no):
+        out[m + 1 + i] = others[i]
+    return out, m + 1 + no
+
+
+@njit(cache=True)
 def replica_sets(xadj, adjncy, part, n_parts, halo):
     """Partitions holding a copy of each node: own first, then the others ascending.
 
     A node is replicated on every partition owning a node within ``halo``
-    graph hops. Returns CSR ``(ptr, members)``.
+    graph hops. Returns CSR ``(ptr, members)``. One pass over the adjacency
+    for ``halo == 1``; a bounded breadth-first search per node otherwise.
     """
     n = part.size
     mark = np.full(n_parts, -1, dtype=np.int64)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    out = np.empty(n + n // 4 + 16, dtype=np.int64)
+    others = np.empty(n_parts, dtype=np.int64)
+    m = 0
+    if halo == 1:
+        for v in range(n):
+            own = part[v]
+            mark[own] = v
+            no = 0
+            for k in range(xadj[v], xadj[v + 1]):
+                p = part[adjncy[k]]
+                if mark[p] != v:
+                    mark[p] = v
+                    others[no] = p
+                    no += 1
+            out, m = _push(out, m, own, others, no)
+            ptr[v + 1] = m
+        return ptr, out[:m].copy()
     seen = np.full(n, -1, dtype=np.int64)
     frontier = np.empty(n, dtype=np.int64)
     nxt = np.empty(n, dtype=np.int64)
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    out = np.empty(n * 2 + 16, dtype=np.int64)
-    m = 0
-    others = np.empty(n_parts, dtype=np.int64)
     for v in range(n):
-        mark[part[v]] = v
+        own = part[v]
+        mark[own] = v
         seen[v] = v
         frontier[0] = v
         nf = 1
@@ -45,13 +87,7 @@ def replica_sets(xadj, adjncy, part, n_parts, halo):
                             no += 1
             frontier[:nn] = nxt[:nn]
             nf = nn
-        if m + 1 + no > out.size:
-            out = np.concatenate((out, np.empty(out.size + 1 + no, dtype=np.int64)))
-        out[m] = part[v]
-        m += 1
-        srt = np.sort(others[:no])
-        out[m : m + no] = srt
-        m += no
+        out, m = _push(out, m, own, others, no)
         ptr[v + 1] = m
     return ptr, out[:m].copy()
 
