@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/iorch bench schedulers --quick --out out/demo
+	$(BIN)/iorch run bips3d --out out/demo
 
 test: $(STAMP) lint typecheck pytest docs
 

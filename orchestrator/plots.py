@@ -19,7 +19,7 @@ from .plan import Plan
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["close", "gantt", "realized_gantt", "sweep_plot"]
+__all__ = ["close", "gantt", "interval_map", "realized_gantt", "sweep_plot"]
 
 
 def _pyplot() -> Any:
@@ -220,4 +220,43 @@ def realized_gantt(
         span = float(s1.max() - min(0.0, float(s0.min()))) if len(s1) else 0.0
         ax.set_title(f"{plan.policy} {label}: makespan {span:.4g} s", fontsize=10)
     axes[1].set_xlabel("time (s)")
+    return _finish(fig, path)
+
+
+def interval_map(
+    writers: Mapping[str, Any],
+    n_writers: int,
+    path: str | os.PathLike[str] | None = None,
+    title: str = "writer of each row",
+    max_columns: int = 4000,
+) -> Figure:
+    """One band per assignment: the writer of every row in storage order, a colour per writer.
+
+    Long runs of one colour are long intervals (contiguous writes). Rows are
+    drawn at most ``max_columns`` wide, so a band of a large mesh shows one
+    writer per bin (the writer of the bin's first row) and the stated count of
+    intervals comes from the full array.
+
+    Examples
+    --------
+    >>> fig = interval_map({"metis": [0, 1, 0, 1], "idg": [0, 0, 1, 1]}, 2)
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['metis: 4 intervals', 'idg: 2 intervals']
+    >>> close(fig)
+    """
+    plt = _pyplot()
+    names = list(writers)
+    arrays = [np.asarray(writers[m], dtype=np.int64) for m in names]
+    n = max((a.size for a in arrays), default=0)
+    step = max(1, -(-n // max_columns))
+    image = np.stack([a[::step] for a in arrays]) if arrays else np.zeros((0, 0), np.int64)
+    runs = [int(1 + np.count_nonzero(a[1:] != a[:-1])) if a.size else 0 for a in arrays]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(names) + 1.4))
+    cmap = plt.get_cmap("tab20" if n_writers <= 20 else "turbo", max(n_writers, 1))
+    ax.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, vmin=-0.5,
+              vmax=n_writers - 0.5, extent=(0, n, len(names) - 0.5, -0.5))  # fmt: skip
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels([f"{m}: {r:,} intervals" for m, r in zip(names, runs, strict=True)])
+    ax.set_xlabel(f"row (storage order){f', one column per {step} rows' if step > 1 else ''}")
+    ax.set_title(title, fontsize=10)
     return _finish(fig, path)

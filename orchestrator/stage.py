@@ -12,7 +12,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from .policies import get_policy, schedule
 from .storage import MANIFEST_VERSION, StorageError, get_backend, stripe_checksum
 from .transfers import TransferSet
 
-__all__ = ["StageError", "StageResult", "Trace", "verify", "write_stage"]
+__all__ = ["StageError", "StageResult", "Trace", "open_datasets", "verify", "write_stage"]
 
 log = logging.getLogger("orchestrator.stage")
 
@@ -570,6 +571,7 @@ def _manifest(fmt: str, staged: _Staged, plan: Plan, trace: Trace, sums: dict[st
                 "dtype": spec.dtype.str,
                 "stripe_bytes": part.layout.stripe_bytes,
                 "n_ionodes": part.layout.n_ionodes,
+                "pieces": part.n_pieces,
                 "checksums": {
                     k.split(":", 1)[1]: v
                     for k, v in sums.items()
@@ -593,6 +595,32 @@ def _manifest(fmt: str, staged: _Staged, plan: Plan, trace: Trace, sums: dict[st
     }
 
 
+def _format_of(path: Path) -> str:
+    """The backend that wrote a committed target, from its shape on disk."""
+    if not path.exists():
+        raise StorageError(f"{path} does not exist")
+    return "hdf5" if not path.is_dir() else "hdf5-vds" if (path / "master.h5").exists() else "zarr"
+
+
+@contextmanager
+def open_datasets(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The datasets of a committed target as h5py / zarr arrays, closed on exit.
+
+    Examples
+    --------
+    >>> with open_datasets("ckpt.h5") as data:  # doctest: +SKIP
+    ...     data["u"][:4]
+    """
+    path = Path(path)
+    data = get_backend(_format_of(path)).open(path)
+    try:
+        yield data
+    finally:
+        files = {id(f): f for f in (getattr(a, "file", None) for a in data.values()) if f}
+        for f in files.values():
+            f.close()
+
+
 def verify(path: str | os.PathLike[str]) -> list[str]:
     """Recompute every stripe checksum of a committed target; return the mismatches.
 
@@ -608,10 +636,7 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     orchestrator.storage.StorageError: no-such-checkpoint.h5 does not exist
     """
     path = Path(path)
-    if not path.exists():
-        raise StorageError(f"{path} does not exist")
-    fmt = "hdf5" if not path.is_dir() else "hdf5-vds" if (path / "master.h5").exists() else "zarr"
-    backend = get_backend(fmt)
+    backend = get_backend(_format_of(path))
     manifest = backend.read_manifest(path)
     bad = []
     for name, ds in manifest["datasets"].items():

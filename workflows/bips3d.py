@@ -1,0 +1,470 @@
+"""The BIPS3D-like mesh dump: every partition writes the ``load`` vector of its mesh nodes.
+
+BIPS3D (Filgueira et al., sections 2 and 4) distributes a tetrahedral mesh
+over compute nodes with METIS; each node carries ``load`` values (1 ... 500 in
+the paper) and the results are dumped in node order. Boundary nodes are
+replicated on every partition that touches them, so the dump first decides
+who writes each replicated row (:func:`orchestrator.assign`: metis, random,
+first or IDG), then moves the rows to the I/O nodes with one of the paper's
+strategies, through the execution engine (:func:`orchestrator.stage.write_stage`):
+
+- ``sequential``: gather everything on one writer (the original BIPS3D);
+- ``list``: every writer sends all its intervals for an I/O node as one
+  request (list I/O);
+- ``two-phase``: the same requests, aggregated by the I/O node into whole
+  stripes before writing;
+- ``auto``: the paper's decision tree (its Fig. 7), :class:`DecisionRule`.
+
+Values are a pure function of node id and entry (:func:`expected_values`), so
+the committed output is checked row by row after the commit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.cost import CostModel
+from orchestrator.replicas import METHODS, IntervalStats, ReplicaSets, assign, interval_stats
+from orchestrator.replicas import replica_sets as _replica_sets
+
+from .mesh import IntArray, MeshFormatError, partition, read_mesh, read_metis_graph
+from .mesh import read_metis_partition as _read_part
+
+__all__ = [
+    "DATASET",
+    "STRATEGIES",
+    "DecisionRule",
+    "DumpError",
+    "DumpResult",
+    "MeshCase",
+    "default_mesh",
+    "dump",
+    "expected_values",
+    "load_case",
+    "make_contributions",
+    "run_methods",
+    "verify_dump",
+]
+
+DATASET = "load"
+STRATEGIES = ("sequential", "list", "two-phase", "auto")
+MAX_LOAD = 1 << 20
+
+
+class DumpError(RuntimeError):
+    """A mesh dump's output does not hold the expected values (the message names the row)."""
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """The paper's decision tree (Fig. 7) for choosing the output strategy.
+
+    On a fast network (Myrinet in the paper, here: a network bandwidth of at
+    least ``fast_network`` bytes/s), meshes under ``node_threshold`` nodes use
+    two-phase I/O for loads under ``small_mesh_load`` and list I/O above;
+    larger meshes switch to list I/O above ``large_mesh_load``. On a slow
+    network (Fast Ethernet) list I/O always wins. All thresholds can be
+    overridden, e.g. after measuring a new machine.
+
+    Examples
+    --------
+    >>> rule = DecisionRule()
+    >>> rule.choose(32_888, 50, 160e6), rule.choose(32_888, 100, 160e6)
+    ('two-phase', 'list')
+    >>> rule.choose(289_650, 60, 160e6), rule.choose(289_650, 60, 12.5e6)
+    ('list', 'list')
+    """
+
+    node_threshold: int = 70_000  # N_x
+    small_mesh_load: int = 90  # N_ld below N_x nodes
+    large_mesh_load: int = 50  # N_ld above N_x nodes
+    fast_network: float = 100e6  # between Fast Ethernet (12.5 MB/s) and Myrinet (160 MB/s)
+
+    def choose(self, n_nodes: int, load: int, network_bandwidth: float) -> str:
+        """``"two-phase"`` or ``"list"`` for a mesh of ``n_nodes`` with ``load`` values per node."""
+        if network_bandwidth < self.fast_network:
+            return "list"
+        limit = self.small_mesh_load if n_nodes < self.node_threshold else self.large_mesh_load
+        return "two-phase" if load < limit else "list"
+
+
+def expected_values(rows: Any, load: int) -> npt.NDArray[np.float64]:
+    """The values of node ``v``, entry ``j``: ``v * load + j`` (exact in float64, all distinct).
+
+    Examples
+    --------
+    >>> expected_values([0, 5], 3).tolist()
+    [[0.0, 1.0, 2.0], [15.0, 16.0, 17.0]]
+    """
+    r = np.asarray(rows, dtype=np.int64)
+    return (r[:, None] * load + np.arange(load)).astype(np.float64)
+
+
+def _contribution(client: int, rows: IntArray, load: int) -> Contribution:
+    """On a compute worker: one partition's rows (own nodes and replicas) with their values."""
+    return Contribution(client, rows, expected_values(rows, load))
+
+
+def _gather_root(rows: IntArray, *parts: Contribution) -> Contribution:
+    """On the root's worker: every node's row, each from its own partition (sequential I/O)."""
+    out = np.empty((rows.size, parts[0].values.shape[1]), dtype=np.float64)
+    for con in parts:
+        pos = np.searchsorted(rows, con.rows)
+        hit = (pos < rows.size) & (rows[np.minimum(pos, rows.size - 1)] == con.rows)
+        out[pos[hit]] = con.values[hit]
+    return Contribution(0, rows, out)
+
+
+@dataclass(frozen=True, eq=False)
+class MeshCase:
+    """A partitioned mesh ready to dump: graph, partition, replica sets."""
+
+    name: str
+    indptr: IntArray
+    indices: IntArray
+    partition: IntArray
+    replicas: ReplicaSets
+    halo: int
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of mesh nodes (rows of the dump)."""
+        return int(self.partition.size)
+
+    @property
+    def n_parts(self) -> int:
+        """Number of partitions (clients)."""
+        return self.replicas.n_clients
+
+
+def load_case(
+    mesh: str | os.PathLike[str] | None = None,
+    nodes: int | None = None,
+    parts: int = 8,
+    halo: int = 1,
+    seed: int = 0,
+    partition_file: str | os.PathLike[str] | None = None,
+) -> MeshCase:
+    """Read or generate a mesh, partition it and derive its replica sets.
+
+    A METIS graph (``*.graph``) uses the partition file beside it
+    (``<graph>.part.<parts>``) when there is one, like the BIPS3D data;
+    other meshes are read through meshio; ``nodes`` generates a device mesh
+    (:func:`~orchestrator.workflows.meshgen.generate_mesh`). Missing
+    partitions are computed with METIS (seeded).
+
+    Examples
+    --------
+    >>> case = load_case(nodes=2000, parts=4, seed=1)
+    >>> case.n_nodes, case.n_parts, 0 < case.replicas.replicated_fraction < 1
+    (2000, 4, True)
+    """
+    if (mesh is None) == (nodes is None):
+        raise MeshFormatError("give either a mesh file or a number of nodes to generate")
+    part: IntArray | None = None
+    if mesh is not None:
+        path = Path(mesh)
+        if not path.exists():
+            raise MeshFormatError(f"{path}: no such mesh file")
+        if path.suffix == ".graph" or path.name.endswith(".graph"):
+            indptr, indices = read_metis_graph(path)
+            beside = path.with_name(f"{path.name}.part.{parts}")
+            pfile = (
+                Path(partition_file) if partition_file else (beside if beside.exists() else None)
+            )
+            if pfile is not None:
+                part = _read_part(pfile, indptr.size - 1)
+        else:
+            m = read_mesh(path)
+            indptr, indices = m.indptr, m.indices
+            if partition_file:
+                part = _read_part(partition_file, m.n_nodes)
+        name = path.name
+    else:
+        from .meshgen import generate_mesh
+
+        assert nodes is not None
+        m = generate_mesh(nodes, seed=seed, cells=False)
+        indptr, indices = m.indptr, m.indices
+        name = f"generated-{m.n_nodes}"
+    if part is None:
+        part = partition(indptr, indices, parts, seed=seed)
+    k = max(parts, int(part.max()) + 1)
+    reps = _replica_sets(indptr, indices, part, halo=halo, n_parts=k)
+    return MeshCase(name, indptr, indices, part, reps, halo)
+
+
+def make_contributions(case: MeshCase, load: int, cluster: Any) -> list[Any]:
+    """One Dask future per partition, built on a compute worker: its rows and their values.
+
+    The values never pass through this process (only the rows, to plan).
+    """
+    futures = []
+    for c in range(case.n_parts):
+        rows = case.replicas.rows_of(c)
+        if rows.size == 0:
+            continue
+        futures.append(
+            cluster.client.submit(
+                _contribution, c, rows, load, pure=False, workers=[cluster.compute_worker(c)]
+            )
+        )
+    return futures
+
+
+@dataclass(frozen=True, eq=False)
+class DumpResult:
+    """One assignment method's dump: locality, plan quality, measured write, verification."""
+
+    method: str
+    strategy: str
+    stats: IntervalStats
+    planned_ratio: float
+    write_seconds: float
+    stage_seconds: float
+    nbytes: int
+    path: Path
+    writer: IntArray = field(repr=False)
+    result: Any = field(repr=False)
+
+    @property
+    def pieces(self) -> int:
+        """Contiguous byte ranges written (intervals cut at stripe boundaries)."""
+        return int(self.result.manifest["datasets"][DATASET]["pieces"])
+
+    @property
+    def write_throughput(self) -> float:
+        """Bytes per second of the traced writes (first start to last end)."""
+        return self.nbytes / self.write_seconds if self.write_seconds > 0 else float("inf")
+
+    @property
+    def throughput(self) -> float:
+        """Bytes per second of the whole stage (plan, dispatch, checksums, commit)."""
+        return self.nbytes / self.stage_seconds
+
+
+def dump(
+    case: MeshCase,
+    cluster: Any,
+    target: str | os.PathLike[str],
+    load: int = 100,
+    method: str = "idg",
+    policy: str = "ms-ecf",
+    strategy: str = "auto",
+    format: str = "hdf5",
+    stripe_bytes: int = 1 << 20,
+    cost: CostModel | None = None,
+    rule: DecisionRule | None = None,
+    contributions: Sequence[Any] | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> DumpResult:
+    """Dump the mesh's ``load`` vector to ``target`` and check every row after the commit.
+
+    Parameters
+    ----------
+    case : MeshCase
+    cluster : orchestrator.cluster.IOCluster
+    target : path
+        The HDF5 file or Zarr directory to create.
+    load : int
+        Values per node.
+    method : {"idg", "metis", "first", "random"}
+        Replica assignment.
+    policy : str
+        Transfer scheduling policy.
+    strategy : {"auto", "list", "two-phase", "sequential"}
+    format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
+    stripe_bytes : int
+        Stripe size of the I/O nodes' round-robin layout.
+    cost : CostModel, optional
+        Planning model; its network bandwidth also feeds the ``auto`` rule.
+    rule : DecisionRule, optional
+        Thresholds of ``auto``.
+    contributions : list of futures, optional
+        From :func:`make_contributions` (reuse them across methods).
+
+    Examples
+    --------
+    >>> from orchestrator.cluster import local_cluster
+    >>> case = load_case(nodes=5000, parts=4)
+    >>> with local_cluster(2, 2) as cl:  # doctest: +SKIP
+    ...     res = dump(case, cl, "mesh.h5", load=10, method="idg")
+    >>> res.stats.total_intervals, res.strategy  # doctest: +SKIP
+    (1032, 'two-phase')
+    """
+    from orchestrator.stage import write_stage
+
+    if (
+        isinstance(load, bool)
+        or not isinstance(load, int | np.integer)
+        or not 1 <= load <= MAX_LOAD
+    ):
+        raise ValueError(f"load must be an integer in 1..{MAX_LOAD}, got {load!r}")
+    if method not in METHODS:
+        raise ValueError(f"unknown assignment method {method!r}; choose one of {list(METHODS)}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    target = Path(target)
+    rule = rule or DecisionRule()
+    if strategy == "auto":
+        bandwidth = cost.network_bandwidth if cost is not None else float("inf")
+        strategy = rule.choose(case.n_nodes, load, bandwidth)
+    parts = list(contributions) if contributions is not None else make_contributions(
+        case, load, cluster
+    )  # fmt: skip
+    spec = DatasetSpec(DATASET, (case.n_nodes, load), "float64")
+    if strategy == "sequential":
+        rows = np.arange(case.n_nodes, dtype=np.int64)
+        root = cluster.client.submit(
+            _gather_root, rows, *parts, pure=False, workers=[cluster.compute_worker(0)]
+        )
+        writer = np.zeros(case.n_nodes, dtype=np.int64)
+        res = write_stage(target, {DATASET: (spec, [root])}, format=format, policy=policy,
+                          cluster=cluster, stripe_bytes=stripe_bytes, strategy="contiguous",
+                          cost=cost, seed=seed, overwrite=overwrite)  # fmt: skip
+        n_writers = 1
+    else:
+        writer = assign(case.replicas, case.partition, method, seed=seed)
+        res = write_stage(target, {DATASET: (spec, parts)}, format=format, policy=policy,
+                          cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
+                          assignment={DATASET: writer}, cost=cost, seed=seed,
+                          overwrite=overwrite)  # fmt: skip
+        n_writers = case.n_parts
+    verify_dump(target, load)
+    return DumpResult(
+        method=method if strategy != "sequential" else "root",
+        strategy=strategy,
+        stats=interval_stats(writer, n_writers),
+        planned_ratio=res.plan.makespan / res.plan.lower_bound if res.plan.lower_bound else 1.0,
+        write_seconds=res.trace.makespan,
+        stage_seconds=res.seconds,
+        nbytes=spec.nbytes,
+        path=target,
+        writer=writer,
+        result=res,
+    )
+
+
+def verify_dump(
+    path: str | os.PathLike[str], load: int | None = None, block_rows: int = 1 << 16
+) -> int:
+    """Read a committed dump back and check every row against :func:`expected_values`.
+
+    Returns the number of rows checked; raises :class:`DumpError` naming the
+    first wrong row.
+
+    Examples
+    --------
+    >>> verify_dump("mesh.h5")  # doctest: +SKIP
+    32888
+    """
+    from orchestrator.stage import open_datasets
+
+    with open_datasets(path) as data:
+        if DATASET not in data:
+            raise DumpError(f"{path}: no dataset {DATASET!r} (found {sorted(data)})")
+        arr = data[DATASET]
+        n, width = arr.shape
+        if load is not None and width != load:
+            raise DumpError(f"{path}: rows hold {width} values, expected load {load}")
+        for r0 in range(0, n, block_rows):
+            r1 = min(n, r0 + block_rows)
+            got = np.asarray(arr[r0:r1])
+            bad = np.flatnonzero((got != expected_values(np.arange(r0, r1), width)).any(axis=1))
+            if bad.size:
+                r = r0 + int(bad[0])
+                raise DumpError(
+                    f"{path}: row {r} holds {got[bad[0], :4].tolist()}..., expected "
+                    f"{expected_values([r], width)[0, :4].tolist()}... ({bad.size} bad rows in "
+                    f"{r0}..{r1 - 1})"
+                )
+    return int(n)
+
+
+def run_methods(
+    case: MeshCase,
+    cluster: Any,
+    out: Path,
+    methods: Sequence[str] = METHODS,
+    load: int = 100,
+    repeat: int = 1,
+    advance: Callable[[str], None] = lambda m: None,
+    **options: Any,
+) -> list[DumpResult]:
+    """:func:`dump` with each assignment method into ``out``, sharing the contributions.
+
+    The contributions are built once on the compute workers and one
+    unrecorded warm-up dump runs first (worker imports, kernel compilation,
+    file-system metadata), then the methods take turns ``repeat`` times; each
+    method's result is its run with the median write time. ``sequential``
+    has a single writer whatever the method, so it runs once per repeat.
+
+    Examples
+    --------
+    >>> run_methods(case, cl, Path("out"), ["metis", "idg"])  # doctest: +SKIP
+    """
+    from distributed import wait
+
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    suffix = "zarr" if options.get("format", "hdf5") == "zarr" else "h5"
+    if options.get("strategy") == "sequential":
+        methods = list(methods)[:1]
+    parts = make_contributions(case, load, cluster)
+    wait(parts)
+    try:
+        warm = out / f".bips3d-warmup.{suffix}"
+        dump(case, cluster, warm, load=load, method=methods[0], contributions=parts,
+             overwrite=True, **options)  # fmt: skip
+        _remove(warm)
+        runs: dict[str, list[DumpResult]] = {m: [] for m in methods}
+        for _ in range(repeat):
+            for m in methods:
+                t0 = time.perf_counter()
+                runs[m].append(dump(case, cluster, out / f"bips3d-{m}.{suffix}", load=load,
+                                    method=m, contributions=parts, overwrite=True,
+                                    **options))  # fmt: skip
+                advance(f"{m} in {time.perf_counter() - t0:.1f} s")
+    finally:
+        cluster.client.cancel(parts)
+    return [sorted(r, key=lambda x: x.write_seconds)[(len(r) - 1) // 2] for r in runs.values()]
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def default_mesh() -> Path | None:
+    """The real BIPS3D mesh, if this machine has it: ``$IORCH_BIPS3D_MESH``, else the shared
+    data folder beside the checkout (``../shared/data/bips3d-mesh2/mesh.graph``).
+
+    Examples
+    --------
+    >>> p = default_mesh()
+    >>> p is None or p.name == "mesh.graph" or p.exists()
+    True
+    """
+    env = os.environ.get("IORCH_BIPS3D_MESH")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[1]
+    for base in (Path.cwd(), repo):
+        p = base.parent / "shared" / "data" / "bips3d-mesh2" / "mesh.graph"
+        if p.exists():
+            return p
+    return None
