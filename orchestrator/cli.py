@@ -503,6 +503,94 @@ def _report_bips3d(
     console.print(f"plots and results.json in {out}/")
 
 
+@bench_app.command("idg")
+def bench_idg(
+    mesh: Annotated[
+        Path | None,
+        typer.Option(help="The real mesh's METIS graph (default: the shared BIPS3D data)."),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="Generated meshes 1-2 only, 8 and 64 parts; 1M-node kernel.")
+    ] = False,
+    kernel_nodes: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Nodes of the kernel-timing mesh (0: skip; default 10^7, 10^6 with --quick).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of generated meshes and METIS.")] = 0,
+    out: Annotated[Path, typer.Option(help="Folder for table4.json.")] = Path("out/bench-idg"),
+) -> None:
+    """Reproduce the IDG paper's Table 4 and time classification + IDG on a 10^7-node mesh.
+
+    Example: ``iorch bench idg --quick``
+    """
+    from .workflows.bips3d import default_mesh
+    from .workflows.idgbench import kernel_timing, table4
+    from .workflows.mesh import MeshFormatError
+
+    real = mesh if mesh is not None else default_mesh()
+    gen, parts = ((1, 2), (8, 64)) if quick else ((1, 2, 3, 4), (8, 16, 32, 64))
+    if kernel_nodes is None:
+        kernel_nodes = 1_000_000 if quick else 10_000_000
+    try:
+        with _progress() as prog:
+            n_real = 3 if real is not None else 0
+            task = prog.add_task("Table 4", total=n_real + len(gen) * len(parts))
+            step = partial(prog.update, task, advance=1)
+            rows = table4(real, generated=gen, parts=parts, seed=seed,
+                          advance=lambda m: step(description=m))  # fmt: skip
+            timing = None
+            if kernel_nodes:
+                prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
+                timing = kernel_timing(kernel_nodes, seed=seed)
+    except (MeshFormatError, *USER_ERRORS) as e:
+        raise _fail(str(e)) from None
+    if real is None:
+        err.print("the real BIPS3D mesh is not on this machine: generated meshes only")
+    t = Table(
+        title="IDG paper, Table 4: intervals per partition / average interval length (nodes); "
+        "ours beside the paper's",
+        title_justify="left",
+    )
+    for col in ("mesh", "nodes", "K", "shared h1 / h2", "METIS", "paper METIS", "IDG halo 1",
+                "IDG halo 2", "paper IDG"):  # fmt: skip
+        t.add_column(col, justify="right")
+
+    def pair(x: tuple[float, ...] | None, i: int = 0) -> str:
+        return "-" if x is None else f"{x[i]:,.1f} / {x[i + 1]:,.1f}"
+
+    for r in rows:
+        t.add_row(r.mesh, f"{r.nodes:,}", str(r.parts),
+                  " / ".join(f"{100 * r.shared[h]:.1f} %" for h in sorted(r.shared)),
+                  pair(r.metis), pair(r.paper), pair(r.idg.get(1)), pair(r.idg.get(2)),
+                  pair(r.paper, 2))  # fmt: skip
+    console.print(t)
+    console.print(
+        "Generated meshes have the paper's sizes but our own geometry, numbering (Z-order) "
+        "and METIS partitions, so only the real mesh is comparable number for number."
+    )
+    if timing is not None:
+        console.print(
+            f"classification + IDG on {timing.nodes:,} nodes / {timing.edges:,} edges, "
+            f"{timing.parts} parts, halo {timing.halo} ({100 * timing.shared:.1f} % shared), one "
+            f"core, best of 3: classify {timing.classify_seconds:.3f} s + IDG "
+            f"{timing.idg_seconds:.3f} s = [bold]{timing.total_seconds:.3f} s[/] "
+            f"({1e9 * timing.total_seconds / timing.nodes:.0f} ns/node); mesh generation "
+            f"{timing.generate_seconds:.1f} s, METIS {timing.metis_seconds:.1f} s (not timed "
+            "by the target)"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "table4.json") as tmp:
+        tmp.write_text(json.dumps({
+            "rows": [{**r.__dict__, "idg": {str(h): v for h, v in r.idg.items()},
+                      "shared": {str(h): v for h, v in r.shared.items()}} for r in rows],
+            "kernel": None if timing is None else {**timing.__dict__,
+                                                   "total_seconds": timing.total_seconds},
+        }, indent=2))  # fmt: skip
+
+
 @app.command("verify")
 def verify_cmd(
     path: Annotated[Path, typer.Argument(help="A checkpoint written by io-orchestrator.")],

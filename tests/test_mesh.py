@@ -19,7 +19,7 @@ from orchestrator.workflows.mesh import (
 )
 from orchestrator.workflows.meshgen import _kuhn_cells, generate_mesh, renumber
 
-from orchestrator.kernels.lattice import kuhn_graph
+from orchestrator.kernels.meshgraph import kuhn_graph
 
 
 def graph_sets(indptr, indices):
@@ -144,16 +144,18 @@ def test_generated_meshes_are_valid_graded_and_reproducible(method):
 def test_orders_change_locality_as_documented():
     from orchestrator.workflows.mesh import partition
 
-    from orchestrator import interval_stats
+    from orchestrator import assign, interval_stats, replica_sets
 
-    base = generate_mesh(6000, seed=2)
-    runs = {}
-    for order in ("sweep", "rcm", "random"):
-        m = base if order == "sweep" else renumber(base, order, seed=1)[0]
+    runs, idg = {}, {}
+    for order in ("morton", "sweep", "rcm", "random"):
+        m = generate_mesh(6000, seed=2, order=order)
         part = partition(m.indptr, m.indices, 8, seed=0)
         runs[order] = interval_stats(part, 8).mean_interval_length
+        writer = assign(replica_sets(m.indptr, m.indices, part), part, "idg")
+        idg[order] = interval_stats(writer, 8).mean_interval_length
     assert runs["random"] < 1.5 < runs["sweep"]  # a random numbering has no runs to speak of
-    assert runs["rcm"] > runs["random"]
+    assert min(runs["rcm"], runs["morton"]) > runs["random"]
+    assert idg["morton"] > 2 * runs["morton"]  # a mesher's numbering leaves IDG much to group
 
 
 def test_renumbering_is_an_isomorphism():

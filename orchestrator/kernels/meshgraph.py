@@ -1,9 +1,10 @@
-"""Nodal graph of a Freudenthal (Kuhn) tetrahedralization of a structured grid of nodes.
+"""Mesh graph kernels: the Kuhn lattice's nodal graph, and sorting CSR rows.
 
-Splitting every hexahedron into the six tetrahedra around its main diagonal
-joins node ``(i, j, k)`` to the nodes ``(i, j, k) ± e`` for the seven nonzero
-0/1 vectors ``e``: a 14-neighbour stencil, built here without materializing
-the cells (at 10 million nodes the cells alone would take 2 GB).
+Splitting every hexahedron of a structured grid into the six tetrahedra
+around its main diagonal joins node ``(i, j, k)`` to the nodes
+``(i, j, k) ± e`` for the seven nonzero 0/1 vectors ``e``: a 14-neighbour
+stencil, built here without materializing the cells (at 10 million nodes the
+cells alone would take 2 GB).
 """
 
 import numpy as np
@@ -50,3 +51,16 @@ def kuhn_graph(nx, ny, nz):
                         indptr[v + 1] = cnt
                     v += 1
     return indptr, indices
+
+
+@njit(cache=True)
+def sort_rows(indptr, indices):
+    """Sort every row of a CSR graph in place (insertion sort: mesh rows hold ~15 entries)."""
+    for v in range(indptr.size - 1):
+        for i in range(indptr[v] + 1, indptr[v + 1]):
+            x = indices[i]
+            j = i - 1
+            while j >= indptr[v] and indices[j] > x:
+                indices[j + 1] = indices[j]
+                j -= 1
+            indices[j + 1] = x
