@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from oracles import SplitMix64
 from orchestrator.workflows.mesh import MeshFormatError, read_metis_graph, read_metis_partition
 
-from orchestrator import assign, interval_stats, replica_sets
+from orchestrator import ReplicaError, ReplicaSets, assign, interval_stats, replica_sets
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bips3d-mesh2"
 if not DATA.exists():  # the shared data sits beside the checkout on these machines
@@ -158,3 +158,62 @@ def test_metis_partition_of_the_real_mesh_is_balanced_and_cuts_like_the_papers()
     theirs = read_metis_partition(DATA / "mesh.graph.part.8", xadj.size - 1)
     cut_ours, cut_theirs = edge_cut(xadj, adj, ours), edge_cut(xadj, adj, theirs)
     assert 0 < cut_ours < 1.5 * cut_theirs  # METIS-quality: same order as the paper's partition
+
+
+@pytest.mark.skipif(not DATA.exists(), reason="the shared BIPS3D data is not on this machine")
+def test_table4_rows_of_the_real_mesh():
+    from orchestrator.workflows.idgbench import PAPER_TABLE4, table4
+
+    rows = table4(DATA / "mesh.graph", real_parts=(8, 64), generated=(), halos=(1, 2))
+    got = {r.parts: r for r in rows}
+    assert sorted(got) == [8, 64]
+    assert got[8].metis[0] == pytest.approx(204.0, abs=0.05)  # the paper: 203.8
+    assert got[64].metis[0] == pytest.approx(PAPER_TABLE4[2][64][0], abs=0.05)  # 99.1 exactly
+    assert got[8].idg[1][0] == pytest.approx(103.6, abs=0.05)
+    assert got[8].idg[2][0] == pytest.approx(76.4, abs=0.05)
+    for r in rows:  # deeper replicas leave IDG more to group, never less
+        assert r.idg[2][0] <= r.idg[1][0] < r.metis[0]
+        assert r.idg[1][1] * r.idg[1][0] * r.parts == pytest.approx(r.nodes)
+
+
+def test_replica_inputs_are_checked_and_named():
+    with pytest.raises(ReplicaError, match="row 1 has an empty replica set"):
+        ReplicaSets(np.array([0, 1, 1]), np.array([0]))
+    with pytest.raises(ReplicaError, match=r"clients\[1\] = -2 \(row 1\) is negative"):
+        ReplicaSets.from_lists([[0], [-2]])
+    with pytest.raises(ReplicaError, match="indptr must start at 0 and end at len"):
+        ReplicaSets(np.array([0, 3]), np.array([0, 1]))
+    rs = ReplicaSets.from_lists([[0], [0, 1], [1, 0]])
+    with pytest.raises(ReplicaError, match=r"row 2: partition says 0 but its replica set starts"):
+        assign(rs, [0, 0, 0])
+    with pytest.raises(ReplicaError, match="partition has 2 entries for 3 rows"):
+        assign(rs, [0, 0])
+    with pytest.raises(ReplicaError, match="unknown assignment method 'owner'"):
+        assign(rs, method="owner")
+    with pytest.raises(ReplicaError, match="replicas must be a ReplicaSets"):
+        assign([[0], [0, 1]])
+    xadj, adj = np.array([0, 1, 2]), np.array([1, 0])
+    with pytest.raises(ReplicaError, match="halo must be an integer >= 1, got 0"):
+        replica_sets(xadj, adj, [0, 1], halo=0)
+    with pytest.raises(ReplicaError, match=r"partition\[1\] = -1 is negative"):
+        replica_sets(xadj, adj, [0, -1])
+    with pytest.raises(ReplicaError, match=r"indices holds node 5, outside 0\.\.1"):
+        replica_sets(xadj, np.array([5, 0]), [0, 1])
+    with pytest.raises(ReplicaError, match="indptr has 3 entries for 3 nodes"):
+        replica_sets(xadj, adj, [0, 1, 1])
+    with pytest.raises(ReplicaError, match="n_writers = 1 but writer id 2 appears"):
+        interval_stats([0, 2], 1)
+    with pytest.raises(ReplicaError, match=r"writers\[1\] = -1 is negative"):
+        interval_stats([0, -1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=60), st.integers(7, 9))
+def test_interval_stats_match_a_direct_count(writers, k):
+    s = interval_stats(writers, k)
+    runs = [w for i, w in enumerate(writers) if i == 0 or writers[i - 1] != w]
+    assert s.intervals.tolist() == [runs.count(c) for c in range(k)]
+    rows = [writers.count(c) for c in range(k)]
+    assert s.total_intervals == len(runs) and s.intervals_per_writer == len(runs) / k
+    assert s.mean_interval_length == len(writers) / len(runs)
+    assert s.load_balance == pytest.approx((max(rows) - min(rows)) / (len(writers) / k))
