@@ -22,3 +22,19 @@ def draw_all(out: Path) -> None:
         opts = {"block_size": 2} if p.default_block_size else {}
         plan = orc.schedule(EXAMPLE, name, cost=COST, seed=1, **opts)
         close(gantt(plan, path=out / f"gantt_{name}.png"))
+    draw_interval_map(out)
+
+
+def draw_interval_map(out: Path) -> None:
+    """The writer of every node of a generated device mesh under each assignment method."""
+    from orchestrator.workflows.mesh import partition
+    from orchestrator.workflows.meshgen import generate_mesh
+
+    from orchestrator.plots import interval_map
+
+    m = generate_mesh(4000, seed=1)
+    part = partition(m.indptr, m.indices, 6, seed=0)
+    rs = orc.replica_sets(m.indptr, m.indices, part, halo=1)
+    writers = {k: orc.assign(rs, part, k, seed=0) for k in ("metis", "first", "random", "idg")}
+    title = "4,000-node generated device mesh, 6 METIS partitions, halo 1"
+    close(interval_map(writers, 6, path=out / "interval_map.png", title=title))

@@ -194,3 +194,20 @@ def test_generate_mesh_rejects_bad_arguments():
         generate_mesh(100, order="zigzag")
     with pytest.raises(MeshFormatError, match="method must be"):
         generate_mesh(100, method="octree")
+
+
+def test_partition_range_of_part_counts():
+    from orchestrator.workflows.mesh import edge_cut, partition
+
+    m = generate_mesh(5000, seed=7)
+    for k in (2, 1024):
+        part = partition(m.indptr, m.indices, k, seed=3)
+        assert part.min() >= 0 and part.max() < k and part.size == 5000
+        assert np.unique(part).size > 0.9 * k  # METIS uses (nearly) every part
+        assert 0 < edge_cut(m.indptr, m.indices, part) < m.n_edges
+    with pytest.raises(MeshFormatError, match=r"n_parts must be in 1\.\.1024, got 1025"):
+        partition(m.indptr, m.indices, 1025)
+    with pytest.raises(MeshFormatError, match="exceeds the graph's 10 vertices"):
+        partition(m.indptr[:11], m.indices[: m.indptr[10]], 20)
+    with pytest.raises(MeshFormatError, match=r"indices holds vertex 11, outside 0\.\.9"):
+        partition(m.indptr[:11], np.minimum(m.indices[: m.indptr[10]], 11), 2)

@@ -429,6 +429,12 @@ def partition(indptr: Any, indices: Any, n_parts: int, seed: int = 0) -> IntArra
         raise MeshFormatError(f"n_parts must be in 1..1024, got {n_parts}")
     if n_parts > n:
         raise MeshFormatError(f"n_parts = {n_parts} exceeds the graph's {n} vertices")
+    # METIS reads out of bounds on a malformed graph instead of reporting it
+    if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():
+        raise MeshFormatError(f"indptr must rise from 0 to len(indices) = {indices.size}")
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        bad = int(indices[(indices < 0) | (indices >= n)][0])
+        raise MeshFormatError(f"indices holds vertex {bad}, outside 0..{n - 1}")
     if n_parts == 1:
         return np.zeros(n, dtype=np.int64)
     opts = pymetis.Options(seed=seed)
