@@ -159,8 +159,9 @@ def run(
     """Measure the raw disk, then write the synthetic stage with every policy.
 
     The cost model used for planning is calibrated from the raw bandwidth
-    (each I/O node gets an equal share of the disk), so planned and realized
-    makespans are comparable. Each output is verified by the commit
+    (each I/O node gets an equal share of the disk) and the measured
+    worker-to-worker bandwidth, so planned and realized makespans are
+    comparable. Each output is verified by the commit
     protocol, then deleted.
 
     Examples
@@ -177,7 +178,8 @@ def run(
                                    workers=[cluster.compute_worker(c)])
              for c, rows in held]  # fmt: skip
     raw = raw_write_bandwidth(directory, spec.nbytes)
-    cost = CostModel(network_bandwidth=10e9, disk_bandwidth=raw / cluster.n_ionodes,
+    cost = CostModel(network_bandwidth=cluster.network_bandwidth(),
+                     disk_bandwidth=raw / cluster.n_ionodes,
                      network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
     rows = []
     for p in policies:

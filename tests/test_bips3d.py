@@ -187,3 +187,9 @@ def test_iorch_run_bips3d_rejects_bad_options(tmp_path):
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert p.returncode == 2 and "--assign: unknown method 'best'" in p.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_network_bandwidth_is_measured_between_workers(cluster):
+    bw = cluster.network_bandwidth(nbytes=4 << 20, repeats=2)
+    assert 1e6 < bw < 1e12  # loopback TCP: hundreds of MB/s to a few GB/s, never free
+    assert not cluster.client.futures  # the probe array is released
