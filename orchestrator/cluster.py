@@ -91,9 +91,10 @@ class IOCluster:
             blob = self.client.submit(np.ones, nbytes, np.uint8, workers=[src], pure=False)
             blob.result()
             t0 = time.perf_counter()
-            self.client.submit(len, blob, workers=[dst], pure=False).result()
+            size = self.client.submit(len, blob, workers=[dst], pure=False)
+            size.result()
             best = min(best, time.perf_counter() - t0)
-            blob.release()
+            self.client.cancel([blob, size])  # synchronous: nothing stays on the workers
         return nbytes / best
 
     def worker_pids(self) -> dict[str, int]:

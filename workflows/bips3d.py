@@ -319,27 +319,32 @@ def dump(
     if strategy == "auto":
         bandwidth = cost.network_bandwidth if cost is not None else float("inf")
         strategy = rule.choose(case.n_nodes, load, bandwidth)
-    parts = list(contributions) if contributions is not None else make_contributions(
-        case, load, cluster
-    )  # fmt: skip
+    own = contributions is None
+    parts = make_contributions(case, load, cluster) if own else list(contributions or [])
     spec = DatasetSpec(DATASET, (case.n_nodes, load), "float64")
-    if strategy == "sequential":
-        rows = np.arange(case.n_nodes, dtype=np.int64)
-        root = cluster.client.submit(
-            _gather_root, rows, *parts, pure=False, workers=[cluster.compute_worker(0)]
-        )
-        writer = np.zeros(case.n_nodes, dtype=np.int64)
-        res = write_stage(target, {DATASET: (spec, [root])}, format=format, policy=policy,
-                          cluster=cluster, stripe_bytes=stripe_bytes, strategy="contiguous",
-                          cost=cost, seed=seed, overwrite=overwrite)  # fmt: skip
-        n_writers = 1
-    else:
-        writer = assign(case.replicas, case.partition, method, seed=seed)
-        res = write_stage(target, {DATASET: (spec, parts)}, format=format, policy=policy,
-                          cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
-                          assignment={DATASET: writer}, cost=cost, seed=seed,
-                          overwrite=overwrite)  # fmt: skip
-        n_writers = case.n_parts
+    temporary = parts if own else []
+    try:
+        if strategy == "sequential":
+            rows = np.arange(case.n_nodes, dtype=np.int64)
+            root = cluster.client.submit(
+                _gather_root, rows, *parts, pure=False, workers=[cluster.compute_worker(0)]
+            )
+            temporary = [*temporary, root]
+            writer = np.zeros(case.n_nodes, dtype=np.int64)
+            res = write_stage(target, {DATASET: (spec, [root])}, format=format, policy=policy,
+                              cluster=cluster, stripe_bytes=stripe_bytes, strategy="contiguous",
+                              cost=cost, seed=seed, overwrite=overwrite)  # fmt: skip
+            n_writers = 1
+        else:
+            writer = assign(case.replicas, case.partition, method, seed=seed)
+            res = write_stage(target, {DATASET: (spec, parts)}, format=format, policy=policy,
+                              cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
+                              assignment={DATASET: writer}, cost=cost, seed=seed,
+                              overwrite=overwrite)  # fmt: skip
+            n_writers = case.n_parts
+    finally:  # what this call put on the workers goes when it is done
+        if temporary:
+            cluster.client.cancel(temporary)
     verify_dump(target, load)
     return DumpResult(
         method=method if strategy != "sequential" else "root",
