@@ -306,6 +306,7 @@ def write_stage(
     overwrite: bool = False,
     cost: CostModel | str | None = None,
     seed: int = 0,
+    attrs: Mapping[str, Mapping[str, Any]] | None = None,
     **policy_options: Any,
 ) -> StageResult:
     """Write contributed datasets to ``target`` through the I/O workers, in plan order.
@@ -336,6 +337,10 @@ def write_stage(
         See :func:`orchestrator.contributions.gather`.
     overwrite : bool
         Replace an existing target (otherwise it is an error).
+    attrs : mapping, optional
+        Attributes to store, ``{"": {...}}`` for the file / group and
+        ``{dataset: {...}}`` per dataset; JSON values (they are also kept in
+        the manifest).
 
     Returns
     -------
@@ -374,6 +379,18 @@ def write_stage(
         raise StorageError(f"directory {target.parent} does not exist")
     if not os.access(target.parent, os.W_OK):
         raise StorageError(f"directory {target.parent} is not writable")
+    if attrs:
+        import json
+
+        for where in attrs:
+            if where and where not in datasets:
+                raise ContributionError(
+                    f"attrs: {where!r} is not a dataset of this stage ({sorted(datasets)})"
+                )
+        try:
+            json.dumps(attrs)
+        except TypeError as err:
+            raise ContributionError(f"attrs must hold JSON values: {err}") from None
     own = cluster is None
     cl = local_cluster(n_ionodes=n_ionodes, n_compute=2) if cluster is None else cluster
     if not own:
@@ -396,6 +413,8 @@ def write_stage(
         aggregate = strategy == "two-phase"
         trace, sums = _dispatch(cl, backend.name, info, staged, plan, datasets, remote, aggregate)
         manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
+        if attrs:
+            manifest["attrs"] = {str(k): dict(v) for k, v in attrs.items()}
         backend.finish(tmp, manifest)
         if target.exists():  # overwrite: the old target goes only once the new one is complete
             _remove(target)

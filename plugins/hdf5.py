@@ -26,6 +26,12 @@ from orchestrator.storage import Backend, StorageError, WholeStripeWriter, Write
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
 
+def _set_attrs(f: Any, manifest: dict[str, Any]) -> None:
+    """The user's attributes (``manifest["attrs"]``: ``""`` = the file, else a dataset)."""
+    for where, attrs in manifest.get("attrs", {}).items():
+        (f[where] if where else f).attrs.update(attrs)
+
+
 class HDF5Writer(Writer):
     """Positioned writes into one HDF5 file; optionally aggregating contiguous runs."""
 
@@ -113,6 +119,7 @@ class HDF5Backend(Backend):
         import h5py
 
         with h5py.File(tmp, "r+") as f:
+            _set_attrs(f, manifest)
             f.attrs[MANIFEST_ATTR] = json.dumps(manifest, sort_keys=True)
         fsync_path(tmp)
 
@@ -324,6 +331,7 @@ class HDF5SubfileBackend(HDF5Backend):
         import h5py
 
         with h5py.File(tmp / self.MASTER, "r+") as f:
+            _set_attrs(f, manifest)
             f.attrs[MANIFEST_ATTR] = json.dumps(manifest, sort_keys=True)
         fsync_tree(tmp)
 

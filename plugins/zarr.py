@@ -92,7 +92,10 @@ class ZarrBackend(Backend):
     def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
         import zarr
 
-        zarr.open_group(tmp, mode="r+").attrs[MANIFEST_ATTR] = manifest
+        group = zarr.open_group(tmp, mode="r+")
+        for where, attrs in manifest.get("attrs", {}).items():  # "" = the group, else an array
+            (group[where] if where else group).attrs.update(attrs)
+        group.attrs[MANIFEST_ATTR] = manifest
         fsync_tree(tmp)
 
     def read_manifest(self, path: Path) -> dict[str, Any]:

@@ -1,0 +1,147 @@
+"""Committed checkpoints: what a stage returns, and how a restart finds and opens one.
+
+A checkpoint is complete or absent (the commit is one rename after the
+manifest is written), but a directory may also hold files that are not
+ours, or a checkpoint damaged after the fact; :func:`latest_checkpoint`
+skips both, :func:`open_checkpoint` refuses them.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .storage import StorageError
+
+__all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
+
+
+class CheckpointError(StorageError):
+    """A checkpoint is missing, incomplete or does not match its manifest."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A committed checkpoint: where it is and its manifest (datasets, checksums, plan).
+
+    Examples
+    --------
+    >>> ck = Checkpoint(Path("ckpt/step3.h5"), {"datasets": {"u": {}}}, step=3)
+    >>> ck.datasets, ck.step
+    (['u'], 3)
+    """
+
+    path: Path
+    manifest: dict[str, Any] = field(repr=False)
+    step: Any = None
+
+    @property
+    def datasets(self) -> list[str]:
+        """Names of the datasets it holds."""
+        return sorted(self.manifest.get("datasets", {}))
+
+    def load(self, verify: bool = False) -> dict[str, np.ndarray]:
+        """All datasets as NumPy arrays (see :func:`open_checkpoint`)."""
+        out: dict[str, np.ndarray] = open_checkpoint(self.path, verify=verify)
+        return out
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    from .stage import _format_of
+    from .storage import get_backend
+
+    try:
+        manifest: dict[str, Any] = get_backend(_format_of(path)).read_manifest(path)
+    except StorageError:
+        raise
+    except Exception as err:  # a foreign or truncated file: h5py / zarr / json errors
+        raise CheckpointError(
+            f"{path}: not a checkpoint written by io-orchestrator ({err})"
+        ) from None
+    if not isinstance(manifest, dict) or "datasets" not in manifest:
+        raise CheckpointError(f"{path}: no manifest (not a committed checkpoint)")
+    return manifest
+
+
+def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: bool = False) -> Any:
+    """Open a committed checkpoint for a restart.
+
+    Parameters
+    ----------
+    path : path
+        An HDF5 file or Zarr directory written by a stage.
+    verify : bool
+        Recompute every stripe checksum against the manifest first (reads the
+        whole checkpoint once); a mismatch raises :class:`CheckpointError`.
+    lazy : bool
+        ``False``: a dict of NumPy arrays (files closed). ``True``: a context
+        manager yielding the h5py / zarr arrays, for checkpoints larger than
+        memory.
+
+    Examples
+    --------
+    >>> data = open_checkpoint("ckpt/step3.h5")  # doctest: +SKIP
+    >>> data["u"].shape  # doctest: +SKIP
+    (1000, 3)
+    >>> with open_checkpoint("ckpt/step3.h5", lazy=True) as data:  # doctest: +SKIP
+    ...     first = data["u"][:10]
+    """
+    from .stage import open_datasets
+    from .stage import verify as check
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
+    manifest = _manifest(path)
+    if verify:
+        bad = check(path)
+        if bad:
+            raise CheckpointError(
+                f"{path}: {len(bad)} stripe(s) do not match the manifest: {bad[0]}"
+            )
+    if lazy:
+        return open_datasets(path)
+    with open_datasets(path) as data:
+        return {name: np.asarray(data[name][...]) for name in manifest["datasets"]}
+
+
+def _natural_key(path: str) -> tuple[Any, ...]:
+    """``step10`` after ``step9``: numbers in the name compare as numbers."""
+    parts = re.split(r"(\d+)", Path(path).name)
+    return tuple(int(p) if p.isdigit() else p for p in parts)
+
+
+def latest_checkpoint(pattern: str | os.PathLike[str], verify: bool = False) -> Checkpoint | None:
+    """The newest complete checkpoint matching a glob ``pattern``, or ``None``.
+
+    "Newest" is the largest number in the name (``step12`` after ``step9``),
+    then the modification time. Temporary names of stages in progress,
+    foreign files and (with ``verify``) checkpoints whose stripes no longer
+    match their manifest are skipped.
+
+    Examples
+    --------
+    >>> latest_checkpoint("/nonexistent/step*.h5") is None
+    True
+    """
+    candidates = [p for p in glob.glob(os.fspath(pattern)) if not Path(p).name.startswith(".")]
+    candidates.sort(key=lambda p: (_natural_key(p), os.path.getmtime(p)), reverse=True)
+    from .stage import verify as check
+
+    for p in candidates:
+        path = Path(p)
+        try:
+            manifest = _manifest(path)
+            if verify and check(path):
+                continue
+        except (StorageError, OSError):
+            continue
+        m = re.findall(r"\d+", path.stem)
+        return Checkpoint(path, manifest, int(m[-1]) if m else None)
+    return None

@@ -1,0 +1,399 @@
+"""Stage decorators: a function whose result is a contribution to a checkpoint.
+
+.. code-block:: python
+
+    import orchestrator as orc
+
+    @orc.output_stage(target="ckpt/step{step}.h5", clients=8)
+    def save(step, rank, u):
+        rows = np.arange(rank * 1000, (rank + 1) * 1000 + 10)   # 10 halo rows
+        return rows, u                                         # or {"u": (rows, u), ...}
+
+Every call of ``save`` with the same ``step`` contributes to one write stage.
+When the ``clients``-th call of a step arrives the orchestrator gathers the
+contributions, resolves replicas, plans, dispatches to the I/O workers and
+commits; each call gives a future of the committed
+:class:`~orchestrator.checkpoint.Checkpoint`:
+
+- plain Python (a loop, a notebook): the call returns a
+  :class:`concurrent.futures.Future`; the last call of a step runs the stage
+  on the embedded local cluster (or ``cluster=``);
+- inside a Dask task (``client.submit(save, ...)``, ``client.map``,
+  ``dask.delayed``): the task's own future resolves to the checkpoint, and
+  the values never leave the workers (see :mod:`orchestrator.plugins.dask`);
+- anywhere that can reach the scheduler (``scheduler=`` or
+  ``$IORCH_SCHEDULER``), e.g. a Parsl worker: as inside a Dask task, see
+  :func:`orchestrator.plugins.parsl.output_app`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import os
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .checkpoint import Checkpoint
+from .contributions import Contribution, ContributionError, DatasetSpec
+
+__all__ = ["OutputStage", "StageOptions", "output_stage", "set_default_cluster"]
+
+CLIENT_PARAMS = ("client", "rank", "part", "partition", "task")
+SCHEDULER_ENV = "IORCH_SCHEDULER"
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """Where and how a decorated stage writes (see :func:`output_stage`)."""
+
+    target: str
+    clients: int | None = None
+    format: str = "hdf5"
+    policy: str = "ms-ecf"
+    strategy: str = "contiguous"
+    stripe_bytes: int = 4 << 20
+    assignment: str = "owner"
+    step: str | None = "step"
+    client: str | None = None
+    shapes: Mapping[str, tuple[int, ...]] | None = None
+    allow_missing: bool = False
+    overwrite: bool = False
+    scheduler: str | None = None
+    n_ionodes: int = 4
+    cluster: Any = field(default=None, compare=False)
+
+    def path(self, step: Any, name: str) -> Path:
+        """The target of one step."""
+        try:
+            return Path(self.target.format(step=step, name=name))
+        except (KeyError, IndexError, ValueError) as err:
+            raise ContributionError(
+                f"target {self.target!r}: cannot fill it in ({err!r}); use the fields "
+                "{step} and {name}"
+            ) from None
+
+
+# ------------------------------------------------------------------ results -> contributions
+def _as_contributions(result: Any, client: int, name: str) -> dict[str, Contribution]:
+    """``(rows, values)`` or ``{dataset: (rows, values)}`` → contributions of ``client``."""
+    if isinstance(result, Mapping):
+        items = list(result.items())
+    elif isinstance(result, tuple) and len(result) == 2:
+        items = [(name, result)]
+    else:
+        raise ContributionError(
+            f"stage {name!r} returned {type(result).__name__}; return (rows, values) or a "
+            "mapping {dataset: (rows, values)}"
+        )
+    out = {}
+    for ds, pair in items:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ContributionError(
+                f"stage {name!r}, dataset {ds!r}: expected (rows, values), got "
+                f"{type(pair).__name__}"
+            )
+        rows, values = pair
+        if isinstance(rows, slice):
+            rows = range(rows.start or 0, rows.stop, rows.step or 1)
+        if isinstance(rows, range):
+            rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
+        out[str(ds)] = Contribution(client, rows, np.asarray(values))
+    return out
+
+
+def infer_spec(
+    name: str, parts: list[tuple[int, tuple[int, ...], str, int]], shape: tuple[int, ...] | None
+) -> DatasetSpec:
+    """A dataset's spec from its contributions' ``(n_rows held, value shape, dtype, max row)``.
+
+    Examples
+    --------
+    >>> infer_spec("u", [(2, (2, 3), "<f8", 4), (1, (1, 3), "<f4", 1)], None)
+    DatasetSpec(name='u', shape=(5, 3), dtype=dtype('float64'), fill_value=0)
+    """
+    row_shapes = {tuple(p[1][1:]) for p in parts}
+    if len(row_shapes) > 1:
+        raise ContributionError(
+            f"dataset {name!r}: contributions disagree on the row shape: {sorted(row_shapes)}"
+        )
+    dtype = np.result_type(*[np.dtype(p[2]) for p in parts])
+    n_rows = 1 + max(p[3] for p in parts)
+    full = tuple(shape) if shape is not None else (n_rows, *row_shapes.pop())
+    return DatasetSpec(name, full, dtype)
+
+
+def _summary(con: Contribution) -> tuple[int, tuple[int, ...], str, int]:
+    return (con.rows.size, tuple(con.values.shape), con.values.dtype.str,
+            int(con.rows[-1]) if con.rows.size else -1)  # fmt: skip
+
+
+def _run(
+    opts: StageOptions,
+    name: str,
+    step: Any,
+    cluster: Any,
+    contributions: Mapping[str, list[Any]],
+) -> Checkpoint:
+    """Write one step: infer the specs, then :func:`~orchestrator.stage.write_stage`."""
+    from .stage import _is_future, write_stage
+
+    datasets = {}
+    for ds, contribs in contributions.items():
+        futures = [c for c in contribs if _is_future(c)]
+        summaries = [_summary(c) for c in contribs if not _is_future(c)]
+        if futures:
+            summaries += cluster.client.gather(
+                [cluster.client.submit(_summary, f, pure=False) for f in futures]
+            )
+        shape = (opts.shapes or {}).get(ds)
+        datasets[ds] = (infer_spec(ds, summaries, shape), contribs)
+    target = opts.path(step, name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    res = write_stage(target, datasets, format=opts.format, policy=opts.policy, cluster=cluster,
+                      stripe_bytes=opts.stripe_bytes, strategy=opts.strategy,
+                      assignment=opts.assignment, allow_missing=opts.allow_missing,
+                      overwrite=opts.overwrite)  # fmt: skip
+    return Checkpoint(res.path, res.manifest, step)
+
+
+# ------------------------------------------------------------------ plain Python
+_DEFAULT: dict[str, Any] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def set_default_cluster(cluster: Any) -> None:
+    """Use ``cluster`` (an :class:`~orchestrator.cluster.IOCluster`) for plain-Python stages.
+
+    Without it the first stage starts an embedded local cluster, stopped at exit.
+
+    Examples
+    --------
+    >>> set_default_cluster(None)  # back to the embedded default
+    """
+    with _DEFAULT_LOCK:
+        _DEFAULT["cluster"] = cluster
+
+
+def _default_cluster(n_ionodes: int) -> Any:
+    from .cluster import local_cluster
+
+    with _DEFAULT_LOCK:
+        if _DEFAULT.get("cluster") is None:
+            cl = local_cluster(n_ionodes=n_ionodes, n_compute=2)
+            _DEFAULT["cluster"] = cl
+            atexit.register(cl.close)
+        return _DEFAULT["cluster"]
+
+
+class _LocalSteps:
+    """Contributions of the open steps of one stage in this process, and their futures."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: dict[Any, tuple[dict[int, dict[str, Contribution]], list[Future[Any]]]] = {}
+
+    def add(self, step: Any, client: int, cons: dict[str, Contribution]) -> tuple[Future[Any], int]:
+        with self.lock:
+            held, futures = self.open.setdefault(step, ({}, []))
+            if client in held:
+                raise ContributionError(f"step {step!r}: client {client} contributed twice")
+            held[client] = cons
+            fut: Future[Any] = Future()
+            futures.append(fut)
+            return fut, len(held)
+
+    def take(self, step: Any) -> tuple[dict[int, dict[str, Contribution]], list[Future[Any]]]:
+        with self.lock:
+            if step not in self.open:
+                raise ContributionError(f"step {step!r} has no contributions to commit")
+            return self.open.pop(step)
+
+
+# ------------------------------------------------------------------ the decorator
+class OutputStage:
+    """A stage function wrapped by :func:`output_stage` (picklable; ``functools.wraps`` applied)."""
+
+    def __init__(self, func: Callable[..., Any], options: StageOptions) -> None:
+        functools.update_wrapper(self, func)
+        self.func = func
+        self.options = options
+        self.signature = inspect.signature(func)
+        params = self.signature.parameters
+        if options.step is not None and options.step not in params:
+            raise TypeError(
+                f"{func.__qualname__}: no parameter {options.step!r} for the step key; name it "
+                "with output_stage(step=...) or pass step=None (one step)"
+            )
+        client = options.client or next((p for p in CLIENT_PARAMS if p in params), None)
+        if client is None or client not in params:
+            raise TypeError(
+                f"{func.__qualname__}: no parameter telling which client calls "
+                f"(one of {list(CLIENT_PARAMS)}); name it with output_stage(client=...)"
+            )
+        self.client_param = client
+        self._steps = _LocalSteps()
+
+    # pickling: the cluster and the local bookkeeping stay in this process
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["options"] = replace(self.options, cluster=None)
+        state.pop("_steps", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._steps = _LocalSteps()
+
+    @property
+    def name(self) -> str:
+        """The stage's name (the function's)."""
+        return str(self.func.__name__)
+
+    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        step = bound.arguments[self.options.step] if self.options.step else 0
+        client = bound.arguments[self.client_param]
+        if isinstance(client, bool) or not isinstance(client, int | np.integer) or client < 0:
+            raise ContributionError(
+                f"{self.name}: {self.client_param} must be an integer >= 0, got {client!r}"
+            )
+        return step, int(client)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        step, client = self._key(args, kwargs)
+        cons = _as_contributions(self.func(*args, **kwargs), client, self.name)
+        opts = self.options
+        scheduler = opts.scheduler or os.environ.get(SCHEDULER_ENV)
+        from .plugins import dask as dask_plugin
+
+        if dask_plugin.in_dask_task() or (scheduler and opts.cluster is None):
+            if opts.clients is None:
+                raise ContributionError(
+                    f"{self.name}: on Dask or Parsl a step ends when all its calls are in; "
+                    "give output_stage(clients=N)"
+                )
+            where = opts.path(step, self.name)
+            base = f"iorch:{self.func.__module__}.{self.func.__qualname__}:{where}"
+            return dask_plugin.contribute(
+                base, client, cons, opts.clients,
+                lambda cl, futures: _run(opts, self.name, step, cl, futures),
+                scheduler=scheduler,
+            )  # fmt: skip
+        fut, count = self._steps.add(step, client, cons)
+        if opts.clients is not None and count >= opts.clients:
+            self.commit(step)
+        return fut
+
+    def commit(self, step: Any = 0) -> Checkpoint:
+        """Write a step now with the contributions it has (plain Python; without ``clients=``).
+
+        Examples
+        --------
+        >>> save.commit(step=3)  # doctest: +SKIP
+        Checkpoint(path=PosixPath('ckpt/step3.h5'), step=3)
+        """
+        held, futures = self._steps.take(step)
+        by_dataset: dict[str, list[Any]] = {}
+        for c in sorted(held):
+            for ds, con in held[c].items():
+                by_dataset.setdefault(ds, []).append(con)
+        opts = self.options
+        try:
+            cluster = opts.cluster or _default_cluster(opts.n_ionodes)
+            ck = _run(opts, self.name, step, cluster, by_dataset)
+        except BaseException as err:
+            for f in futures:
+                f.set_exception(err)
+            raise
+        for f in futures:
+            f.set_result(ck)
+        return ck
+
+
+def output_stage(
+    func: Callable[..., Any] | None = None,
+    *,
+    target: str | None = None,
+    clients: int | None = None,
+    format: str = "hdf5",
+    policy: str = "ms-ecf",
+    strategy: str = "contiguous",
+    stripe_bytes: int = 4 << 20,
+    assignment: str = "owner",
+    step: str | None = "step",
+    client: str | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    allow_missing: bool = False,
+    overwrite: bool = False,
+    scheduler: str | None = None,
+    n_ionodes: int = 4,
+    cluster: Any = None,
+) -> Any:
+    """Mark a function whose result is a contribution to a checkpoint (bare or with options).
+
+    Parameters
+    ----------
+    target : str
+        Path template of the checkpoint, with ``{step}`` (and ``{name}``, the
+        function's name). Default ``"{name}-step{step}.h5"`` (``.zarr`` for Zarr).
+    clients : int
+        Calls per step; the step is written when that many have arrived.
+        Required on Dask and Parsl; in plain Python, without it, call
+        ``stage.commit(step)``.
+    format, policy, strategy, stripe_bytes, assignment, allow_missing, overwrite
+        As in :func:`orchestrator.stage.write_stage`.
+    step, client : str
+        Names of the parameters holding the step key (``None``: one step) and
+        the calling client's id (default: the first of ``client``, ``rank``,
+        ``part``, ``partition``, ``task``).
+    shapes : mapping, optional
+        Full shape per dataset; by default ``(max row + 1, *row shape)``.
+    scheduler : str, optional
+        Dask scheduler address or scheduler file to contribute through from
+        outside Dask tasks (Parsl workers); default ``$IORCH_SCHEDULER``.
+    n_ionodes : int
+        I/O workers of the embedded cluster (plain Python).
+    cluster : IOCluster, optional
+        Cluster for plain-Python calls (default: embedded, started once).
+
+    Returns
+    -------
+    OutputStage
+        Calling it returns a future of the committed checkpoint (plain
+        Python) or, inside a Dask task / Parsl app, the checkpoint itself.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> @output_stage(target="out/ckpt-{step}.h5", clients=2)
+    ... def save(step, rank):
+    ...     return np.arange(rank * 4, rank * 4 + 4), np.full(4, float(rank))
+    >>> save.__name__, save.options.clients
+    ('save', 2)
+    >>> futures = [save(0, r) for r in range(2)]  # doctest: +SKIP
+    >>> futures[0].result().path  # doctest: +SKIP
+    PosixPath('out/ckpt-0.h5')
+    """
+
+    def wrap(f: Callable[..., Any]) -> OutputStage:
+        ext = "zarr" if format == "zarr" else "h5"
+        opts = StageOptions(
+            target=target or f"{{name}}-step{{step}}.{ext}", clients=clients, format=format,
+            policy=policy, strategy=strategy, stripe_bytes=stripe_bytes, assignment=assignment,
+            step=step, client=client, shapes=shapes, allow_missing=allow_missing,
+            overwrite=overwrite, scheduler=scheduler, n_ionodes=n_ionodes, cluster=cluster,
+        )  # fmt: skip
+        if clients is not None and (isinstance(clients, bool) or clients < 1):
+            raise ContributionError(f"clients must be an integer >= 1, got {clients!r}")
+        return OutputStage(f, opts)
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,147 @@
+"""Dask side of stage interception: contributions stay on the worker that computed them.
+
+When a decorated stage function runs inside a Dask task (``Client.submit``,
+``Client.map``, ``dask.delayed``) — or in any process that can reach the
+orchestrator's scheduler, such as a Parsl worker — its contribution is stored
+on a Dask worker and *published* under a name the whole stage agrees on. The
+calls of one step count themselves under a distributed lock; the last one
+becomes the leader: it runs the write stage with the published futures (so
+pieces go worker → I/O worker, never through any client process), then hands
+the committed checkpoint to the others through a distributed queue. Waiting
+tasks secede from their worker's thread pool, so they never block the cut
+tasks the leader needs.
+
+Only this module knows Dask's coordination primitives; it is imported lazily.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["contribute", "in_dask_task", "scheduler_client"]
+
+_CLIENTS: dict[str, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def in_dask_task() -> bool:
+    """Whether this code runs inside a Dask worker's task.
+
+    Examples
+    --------
+    >>> in_dask_task()
+    False
+    """
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def scheduler_client(address: str) -> Any:
+    """One Dask client per scheduler address in this process (a Parsl worker reuses it).
+
+    ``address`` is ``tcp://host:port`` or a path to a scheduler file.
+    """
+    from distributed import Client
+
+    with _CLIENTS_LOCK:
+        cl = _CLIENTS.get(address)
+        if cl is None or cl.status not in ("running", "connecting"):
+            if address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
+                cl = Client(address, set_as_default=False)
+            else:
+                cl = Client(scheduler_file=address, set_as_default=False)
+            _CLIENTS[address] = cl
+        return cl
+
+
+def contribute(
+    base: str,
+    client_id: int,
+    contributions: Mapping[str, Any],
+    n_clients: int,
+    run_stage: Callable[[Any, dict[str, list[Any]]], Any],
+    scheduler: str | None = None,
+    timeout: float = 3600.0,
+) -> Any:
+    """Hand this call's contributions to the step named ``base``; return its committed result.
+
+    Parameters
+    ----------
+    base : str
+        The step's name, the same in every call of the step.
+    client_id : int
+    contributions : mapping
+        Dataset name → :class:`~orchestrator.contributions.Contribution`.
+    n_clients : int
+        Calls that make up the step; the last one runs ``run_stage``.
+    run_stage : callable
+        ``run_stage(io_cluster, {dataset: [futures]})`` → the checkpoint.
+    scheduler : str, optional
+        Address or scheduler file, when not inside a Dask task.
+    """
+    from distributed import Lock, Queue, get_client, get_worker, rejoin, secede
+
+    from orchestrator.cluster import IOCluster, _discover
+
+    in_task = in_dask_task()
+    if in_task:
+        client = get_client()
+        here = get_worker().address
+    elif scheduler:
+        client = scheduler_client(scheduler)
+        ionodes, compute = _discover(client)
+        pool = compute or ionodes
+        here = pool[client_id % len(pool)]
+    else:
+        raise RuntimeError("not in a Dask task and no scheduler address given")
+    for name, con in contributions.items():
+        [fut] = client.scatter([con], workers=[here], hash=False)
+        # published: the scheduler keeps it alive after this call returns
+        client.publish_dataset(fut, name=f"{base}:{client_id}:{name}", override=True)
+    names = sorted(contributions)
+    if in_task:
+        secede()  # waiting must not hold a thread the leader's cut tasks need
+    try:
+        # Lock finds the scheduler through the default client: inside a task that is the
+        # worker's own; elsewhere pass it explicitly
+        name = f"{base}:lock"
+        lock = Lock(name) if in_task else Lock(name, scheduler_rpc=client.scheduler)
+        with lock:
+            # the scheduler's metadata store: a missing key is simply the default
+            ids = list(client.get_metadata([base, "clients"], default=[]))
+            if client_id in ids:
+                raise RuntimeError(f"{base}: client {client_id} contributed twice to this step")
+            ids.append(client_id)
+            leader = len(ids) == n_clients
+            client.set_metadata([base, "clients"], [] if leader else ids)
+        out = Queue(f"{base}:out", client=client)
+        if not leader:
+            result = out.get(timeout=timeout)
+            if isinstance(result, BaseException):
+                raise result
+            return result
+        futures = {n: [client.get_dataset(f"{base}:{c}:{n}") for c in sorted(ids)] for n in names}
+        try:
+            ionodes, compute = _discover(client)
+            result = run_stage(IOCluster(client, ionodes, compute), futures)
+        except BaseException as err:  # every waiting call must learn of the failure
+            for _ in range(n_clients - 1):
+                out.put(RuntimeError(f"{base}: the stage failed: {err}"))
+            raise
+        finally:
+            for c in ids:
+                for n in names:
+                    client.unpublish_dataset(f"{base}:{c}:{n}")
+        for _ in range(n_clients - 1):
+            out.put(result)
+        return result
+    finally:
+        if in_task:
+            rejoin()
