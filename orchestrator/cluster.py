@@ -38,6 +38,11 @@ class IOCluster:
     _owned: Any = field(default=None, repr=False)
 
     @property
+    def address(self) -> str:
+        """The scheduler's address (for Parsl apps and other processes to contribute through)."""
+        return str(self.client.scheduler.address)
+
+    @property
     def n_ionodes(self) -> int:
         """Number of I/O workers."""
         return len(self.ionodes)

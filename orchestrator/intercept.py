@@ -69,6 +69,9 @@ class StageOptions:
     scheduler: str | None = None
     n_ionodes: int = 4
     cluster: Any = field(default=None, compare=False)
+    dtypes: Mapping[str, str] | None = None
+    attrs: Mapping[str, Mapping[str, Any]] | None = None
+    wait: bool = True
 
     def path(self, step: Any, name: str) -> Path:
         """The target of one step."""
@@ -153,14 +156,16 @@ def _run(
             summaries += cluster.client.gather(
                 [cluster.client.submit(_summary, f, pure=False) for f in futures]
             )
-        shape = (opts.shapes or {}).get(ds)
-        datasets[ds] = (infer_spec(ds, summaries, shape), contribs)
+        spec = infer_spec(ds, summaries, (opts.shapes or {}).get(ds))
+        if opts.dtypes and ds in opts.dtypes:
+            spec = DatasetSpec(ds, spec.shape, opts.dtypes[ds])
+        datasets[ds] = (spec, contribs)
     target = opts.path(step, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     res = write_stage(target, datasets, format=opts.format, policy=opts.policy, cluster=cluster,
                       stripe_bytes=opts.stripe_bytes, strategy=opts.strategy,
                       assignment=opts.assignment, allow_missing=opts.allow_missing,
-                      overwrite=opts.overwrite)  # fmt: skip
+                      overwrite=opts.overwrite, attrs=opts.attrs)  # fmt: skip
     return Checkpoint(res.path, res.manifest, step)
 
 
@@ -286,7 +291,7 @@ class OutputStage:
             return dask_plugin.contribute(
                 base, client, cons, opts.clients,
                 lambda cl, futures: _run(opts, self.name, step, cl, futures),
-                scheduler=scheduler,
+                scheduler=scheduler, wait=opts.wait,
             )  # fmt: skip
         fut, count = self._steps.add(step, client, cons)
         if opts.clients is not None and count >= opts.clients:
@@ -337,6 +342,7 @@ def output_stage(
     scheduler: str | None = None,
     n_ionodes: int = 4,
     cluster: Any = None,
+    wait: bool = True,
 ) -> Any:
     """Mark a function whose result is a contribution to a checkpoint (bare or with options).
 
@@ -364,6 +370,9 @@ def output_stage(
         I/O workers of the embedded cluster (plain Python).
     cluster : IOCluster, optional
         Cluster for plain-Python calls (default: embedded, started once).
+    wait : bool
+        On Dask/Parsl: whether a call waits for its step's commit (``False``:
+        only the last call returns the checkpoint, the others ``None``).
 
     Returns
     -------
@@ -391,6 +400,7 @@ def output_stage(
             policy=policy, strategy=strategy, stripe_bytes=stripe_bytes, assignment=assignment,
             step=step, client=client, shapes=shapes, allow_missing=allow_missing,
             overwrite=overwrite, scheduler=scheduler, n_ionodes=n_ionodes, cluster=cluster,
+            wait=wait,
         )  # fmt: skip
         if clients is not None and (isinstance(clients, bool) or clients < 1):
             raise ContributionError(f"clients must be an integer >= 1, got {clients!r}")

@@ -544,7 +544,10 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
     pending = list(futures)
     while pending:
         try:
-            done, not_done = wait(pending, timeout=poll, return_when="ALL_COMPLETED")
+            with (
+                cl.client.as_current()
+            ):  # wait() asks for a default client; a Parsl worker has none
+                done, not_done = wait(pending, timeout=poll, return_when="ALL_COMPLETED")
         except TimeoutError:
             done = [f for f in pending if f.done()]
             not_done = [f for f in pending if not f.done()]

@@ -69,6 +69,7 @@ def contribute(
     run_stage: Callable[[Any, dict[str, list[Any]]], Any],
     scheduler: str | None = None,
     timeout: float = 3600.0,
+    wait: bool = True,
 ) -> Any:
     """Hand this call's contributions to the step named ``base``; return its committed result.
 
@@ -85,6 +86,10 @@ def contribute(
         ``run_stage(io_cluster, {dataset: [futures]})`` → the checkpoint.
     scheduler : str, optional
         Address or scheduler file, when not inside a Dask task.
+    wait : bool
+        Whether calls that do not lead wait for the commit and return it;
+        with ``False`` they return ``None`` at once (a caller that cannot
+        afford a blocked slot, such as a Parsl worker, waits elsewhere).
     """
     from distributed import Lock, Queue, get_client, get_worker, rejoin, secede
 
@@ -112,7 +117,7 @@ def contribute(
         # Lock finds the scheduler through the default client: inside a task that is the
         # worker's own; elsewhere pass it explicitly
         name = f"{base}:lock"
-        lock = Lock(name) if in_task else Lock(name, scheduler_rpc=client.scheduler)
+        lock = Lock(name) if in_task else Lock(name, client.scheduler, client.loop)
         with lock:
             # the scheduler's metadata store: a missing key is simply the default
             ids = list(client.get_metadata([base, "clients"], default=[]))
@@ -122,6 +127,8 @@ def contribute(
             leader = len(ids) == n_clients
             client.set_metadata([base, "clients"], [] if leader else ids)
         out = Queue(f"{base}:out", client=client)
+        if not leader and not wait:
+            return None
         if not leader:
             result = out.get(timeout=timeout)
             if isinstance(result, BaseException):
@@ -132,14 +139,14 @@ def contribute(
             ionodes, compute = _discover(client)
             result = run_stage(IOCluster(client, ionodes, compute), futures)
         except BaseException as err:  # every waiting call must learn of the failure
-            for _ in range(n_clients - 1):
+            for _ in range(n_clients - 1 if wait else 0):
                 out.put(RuntimeError(f"{base}: the stage failed: {err}"))
             raise
         finally:
             for c in ids:
                 for n in names:
                     client.unpublish_dataset(f"{base}:{c}:{n}")
-        for _ in range(n_clients - 1):
+        for _ in range(n_clients - 1 if wait else 0):
             out.put(result)
         return result
     finally:
