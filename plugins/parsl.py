@@ -88,8 +88,9 @@ def output_app(
     >>> @output_app(target="ckpt/{step}.h5", clients=2, scheduler="tcp://127.0.0.1:8786")
     ... def save(step, rank, inputs=(), outputs=()):
     ...     return [rank], [float(rank)]
-    >>> type(save).__name__, save.func_name
-    ('PythonApp', 'save')
+    >>> import inspect
+    >>> save.__name__, str(inspect.signature(save.func))
+    ('save', '(step, rank, inputs=(), outputs=())')
     """
     from parsl import join_app, python_app
 
