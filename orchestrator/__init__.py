@@ -5,7 +5,10 @@ The scheduling core: describe a stage's data movement as a
 policy into a :class:`Plan`; :func:`simulate` evaluates a policy. For
 partitioned meshes, :func:`replica_sets` and :func:`assign` choose one writer
 per replicated row (Interval Data Grouping), :func:`interval_stats` measures
-the result.
+the result. Workflows meet the framework through :func:`output_stage` (a
+decorator for plain functions, Dask tasks and Parsl apps), :func:`capture`
+(h5py/zarr-style writes recorded) and :func:`open_checkpoint` /
+:func:`latest_checkpoint` (restart).
 
 Examples
 --------
@@ -17,7 +20,10 @@ Examples
 
 import logging
 
+from .capture import CaptureError, capture
+from .checkpoint import Checkpoint, CheckpointError, latest_checkpoint, open_checkpoint
 from .cost import PRESETS, CostModel, CostModelError, get_cost_model
+from .intercept import OutputStage, output_stage
 from .plan import Plan, PlanError, Units, lower_bound
 from .policies import Policy, PolicyError, policies, schedule
 from .replicas import IntervalStats, ReplicaError, ReplicaSets, assign, interval_stats, replica_sets
@@ -30,9 +36,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "CaptureError",
+    "Checkpoint",
+    "CheckpointError",
     "CostModel",
     "CostModelError",
     "IntervalStats",
+    "OutputStage",
     "Plan",
     "PlanError",
     "Policy",
@@ -45,9 +55,13 @@ __all__ = [
     "Units",
     "__version__",
     "assign",
+    "capture",
     "get_cost_model",
     "interval_stats",
+    "latest_checkpoint",
     "lower_bound",
+    "open_checkpoint",
+    "output_stage",
     "policies",
     "replica_sets",
     "schedule",
