@@ -57,8 +57,9 @@ def _describe_key(key: Any) -> str:
     parts = []
     for k in key:
         if isinstance(k, slice):
-            parts.append(":".join("" if v is None else str(v) for v in (k.start, k.stop, k.step))
-                         .rstrip(":") or ":")  # fmt: skip
+            text = "" if k.start is None else str(k.start)
+            text += ":" + ("" if k.stop is None else str(k.stop))
+            parts.append(text + ("" if k.step is None else f":{k.step}"))
         elif k is Ellipsis:
             parts.append("...")
         elif isinstance(k, np.ndarray | list):

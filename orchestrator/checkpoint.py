@@ -58,8 +58,8 @@ def _manifest(path: Path) -> dict[str, Any]:
 
     try:
         manifest: dict[str, Any] = get_backend(_format_of(path)).read_manifest(path)
-    except StorageError:
-        raise
+    except StorageError as err:
+        raise CheckpointError(str(err)) from None
     except Exception as err:  # a foreign or truncated file: h5py / zarr / json errors
         raise CheckpointError(
             f"{path}: not a checkpoint written by io-orchestrator ({err})"

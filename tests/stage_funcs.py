@@ -1,0 +1,44 @@
+"""Stage functions importable by Dask workers (tests run them inside real tasks)."""
+
+import os
+
+import numpy as np
+
+import orchestrator as orc
+
+
+class Trap(np.ndarray):
+    """An array that refuses to be unpickled in one process (the test's client process)."""
+
+    def __reduce__(self):
+        return (_rebuild, (np.asarray(self), self.forbidden))
+
+
+def _rebuild(arr, forbidden):
+    if os.getpid() == forbidden:
+        raise RuntimeError("contribution values reached the client process")
+    return arr
+
+
+def trapped(values, forbidden):
+    t = np.asarray(values).view(Trap)
+    t.forbidden = forbidden
+    return t
+
+
+def make_save(target, clients, forbidden):
+    @orc.output_stage(target=target, clients=clients, stripe_bytes=4096)
+    def save(step, rank):
+        rows = np.arange(rank * 100, (rank + 1) * 100 + 5)
+        rows = rows[rows < 100 * clients]
+        return {"u": (rows, trapped(rows * 2.0 + step, forbidden))}
+
+    return save
+
+
+def capture_part(target, rank, clients):
+    with orc.capture(target, clients=clients, client=rank, stripe_bytes=4096) as f:
+        u = f.create_dataset("u", shape=(40 * clients, 2), dtype="f8")
+        u[rank * 40 : (rank + 1) * 40] = rank + 1.0
+        f.attrs["clients"] = clients
+    return f.checkpoint
