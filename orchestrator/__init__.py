@@ -20,7 +20,7 @@ Examples
 
 import logging
 
-from .capture import CaptureError, capture
+from .capturing import CaptureError, capture
 from .checkpoint import Checkpoint, CheckpointError, latest_checkpoint, open_checkpoint
 from .cost import PRESETS, CostModel, CostModelError, get_cost_model
 from .intercept import OutputStage, output_stage
