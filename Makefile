@@ -34,6 +34,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/iorch bench schedulers --out out/bench
 	$(BIN)/iorch bench idg --out out/bench-idg
+	$(BIN)/iorch bench stage --out out/bench-stage
 
 clean:
 	rm -rf docs/_build docs/_generated out .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,9 @@ import orchestrator as orc
 class Trap(np.ndarray):
     """An array that refuses to be unpickled in one process (the test's client process)."""
 
+    def __array_finalize__(self, obj):
+        self.forbidden = getattr(obj, "forbidden", None)  # kept through views and sorting
+
     def __reduce__(self):
         return (_rebuild, (np.asarray(self), self.forbidden))
 

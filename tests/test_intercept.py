@@ -180,3 +180,17 @@ def test_checkpoints_latest_skips_foreign_and_damaged_ones(cluster, tmp_path):
         orc.open_checkpoint(tmp_path / "s11.h5")
     with orc.open_checkpoint(tmp_path / "s2.h5", lazy=True) as data:
         assert data["save"][:3].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_iorch_bench_stage_runs_both_ways(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    iorch = str(Path(sys.executable).with_name("iorch"))
+    p = subprocess.run([iorch, "bench", "stage", "--sizes", "4MiB", "--tasks", "4",
+                        "--ionodes", "2", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("4 MiB") == 2 and "baseline+fsync ÷ orch." in p.stdout
+    assert not [q for q in tmp_path.iterdir() if not q.name.startswith(".raw")]
