@@ -77,7 +77,9 @@ class Contribution:
     """What one client hands to a write stage for one dataset: global rows and their values.
 
     ``rows`` are sorted on construction (values follow), so a client can cut
-    any row range with a binary search.
+    any row range with a binary search. Rows that are already sorted are
+    kept as given, without copying the values: do not modify them until the
+    stage is written.
 
     Examples
     --------
@@ -103,10 +105,15 @@ class Contribution:
         v = np.asarray(values)
         if v.ndim == 0 or v.shape[0] != r.size:
             raise ContributionError(f"client {client}: {r.size} rows but values of shape {v.shape}")
-        order = np.argsort(r, kind="stable")
+        r = r.astype(np.int64, copy=False)
         object.__setattr__(self, "client", int(client))
-        object.__setattr__(self, "rows", r.astype(np.int64)[order])
-        object.__setattr__(self, "values", v[order])
+        if r.size < 2 or bool((r[1:] >= r[:-1]).all()):  # already sorted: no copy of the values
+            object.__setattr__(self, "rows", r)
+            object.__setattr__(self, "values", v)
+        else:
+            order = np.argsort(r, kind="stable")
+            object.__setattr__(self, "rows", r[order])
+            object.__setattr__(self, "values", v[order])
 
     def cut(self, start_row: int, stop_row: int) -> npt.NDArray[Any]:
         """Values of rows ``start_row .. stop_row - 1``; all must be held by this client.

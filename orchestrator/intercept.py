@@ -293,6 +293,9 @@ class OutputStage:
                 lambda cl, futures: _run(opts, self.name, step, cl, futures),
                 scheduler=scheduler, wait=opts.wait,
             )  # fmt: skip
+        # a snapshot, as h5py's write would be: the caller may reuse its buffers before the
+        # step's last call writes them
+        cons = {n: Contribution(c.client, c.rows.copy(), c.values.copy()) for n, c in cons.items()}
         fut, count = self._steps.add(step, client, cons)
         if opts.clients is not None and count >= opts.clients:
             self.commit(step)
