@@ -186,6 +186,12 @@ class CapturedFile:
 
         Chunking, compression and fill options are accepted and ignored: the
         layout belongs to the orchestrator.
+
+        Examples
+        --------
+        >>> f = CapturedFile("ckpt.h5")
+        >>> f.create_dataset("u", shape=(4, 2), dtype="f4", chunks=True)
+        <captured dataset "u": shape (4, 2), type "<f4">
         """
         name = name.strip("/")
         if name in self._datasets:

@@ -47,7 +47,13 @@ class Checkpoint:
         return sorted(self.manifest.get("datasets", {}))
 
     def load(self, verify: bool = False) -> dict[str, np.ndarray]:
-        """All datasets as NumPy arrays (see :func:`open_checkpoint`)."""
+        """All datasets as NumPy arrays (see :func:`open_checkpoint`).
+
+        Examples
+        --------
+        >>> latest_checkpoint("ckpt/step*.h5").load()["u"].shape  # doctest: +SKIP
+        (1000, 3)
+        """
         out: dict[str, np.ndarray] = open_checkpoint(self.path, verify=verify)
         return out
 

@@ -39,7 +39,13 @@ class IOCluster:
 
     @property
     def address(self) -> str:
-        """The scheduler's address (for Parsl apps and other processes to contribute through)."""
+        """The scheduler's address (for Parsl apps and other processes to contribute through).
+
+        Examples
+        --------
+        >>> local_cluster(1, 1).address  # doctest: +SKIP
+        'tcp://127.0.0.1:40123'
+        """
         return str(self.client.scheduler.address)
 
     @property

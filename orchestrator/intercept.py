@@ -74,7 +74,13 @@ class StageOptions:
     wait: bool = True
 
     def path(self, step: Any, name: str) -> Path:
-        """The target of one step."""
+        """The target of one step.
+
+        Examples
+        --------
+        >>> StageOptions(target="ckpt/{name}-{step:03d}.h5").path(7, "save")
+        PosixPath('ckpt/save-007.h5')
+        """
         try:
             return Path(self.target.format(step=step, name=name))
         except (KeyError, IndexError, ValueError) as err:

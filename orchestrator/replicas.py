@@ -317,7 +317,13 @@ class IntervalStats:
         return float((self.rows.max() - self.rows.min()) / mean) if mean else 0.0
 
     def as_dict(self) -> dict[str, float]:
-        """The scalar metrics by name."""
+        """The scalar metrics by name.
+
+        Examples
+        --------
+        >>> interval_stats([0, 0, 1]).as_dict()["total_intervals"]
+        2.0
+        """
         return {
             "total_intervals": float(self.total_intervals),
             "intervals_per_writer": self.intervals_per_writer,

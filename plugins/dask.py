@@ -47,6 +47,11 @@ def scheduler_client(address: str) -> Any:
     """One Dask client per scheduler address in this process (a Parsl worker reuses it).
 
     ``address`` is ``tcp://host:port`` or a path to a scheduler file.
+
+    Examples
+    --------
+    >>> scheduler_client(io.address).id  # doctest: +SKIP
+    'Client-...'
     """
     from distributed import Client
 
@@ -90,6 +95,13 @@ def contribute(
         Whether calls that do not lead wait for the commit and return it;
         with ``False`` they return ``None`` at once (a caller that cannot
         afford a blocked slot, such as a Parsl worker, waits elsewhere).
+
+    Examples
+    --------
+    Called by :class:`~orchestrator.OutputStage` inside a Dask task:
+
+    >>> contribute("iorch:save:ckpt/3.h5", 0, {"u": con}, 4, run)  # doctest: +SKIP
+    Checkpoint(path=PosixPath('ckpt/3.h5'), step=3)
     """
     from distributed import Lock, Queue, get_client, get_worker, rejoin, secede
 

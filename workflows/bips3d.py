@@ -207,6 +207,12 @@ def make_contributions(case: MeshCase, load: int, cluster: Any) -> list[Any]:
     """One Dask future per partition, built on a compute worker: its rows and their values.
 
     The values never pass through this process (only the rows, to plan).
+
+    Examples
+    --------
+    >>> futures = make_contributions(load_case(nodes=2000, parts=4), 10, cluster)  # doctest: +SKIP
+    >>> len(futures)  # doctest: +SKIP
+    4
     """
     futures = []
     for c in range(case.n_parts):

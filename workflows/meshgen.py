@@ -69,7 +69,14 @@ class Device:
         return 1.0 + 0.5 * self.peak * np.exp(-0.5 * ((x - self.emitter_edge) / self.width) ** 2)
 
     def quantiles(self, axis: int, q: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Coordinates along ``axis`` at cumulative-density fractions ``q`` (inverse CDF)."""
+        """Coordinates along ``axis`` at cumulative-density fractions ``q`` (inverse CDF).
+
+        Examples
+        --------
+        >>> z = Device().quantiles(2, np.linspace(0, 1, 5))
+        >>> float(z[0]), float(z[-1])
+        (0.0, 1.0)
+        """
         length = self.size[axis]
         grid = np.linspace(0.0, length, 4097)
         dens = {0: self.density_x, 2: self.density_z}.get(axis, np.ones_like)(grid)
