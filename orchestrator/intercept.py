@@ -281,7 +281,6 @@ class OutputStage:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         step, client = self._key(args, kwargs)
-        cons = _as_contributions(self.func(*args, **kwargs), client, self.name)
         opts = self.options
         scheduler = opts.scheduler or os.environ.get(SCHEDULER_ENV)
         from .plugins import dask as dask_plugin
@@ -294,11 +293,17 @@ class OutputStage:
                 )
             where = opts.path(step, self.name)
             base = f"iorch:{self.func.__module__}.{self.func.__qualname__}:{where}"
+            try:
+                cons = _as_contributions(self.func(*args, **kwargs), client, self.name)
+            except BaseException as err:  # the step can never complete: say so to its calls
+                dask_plugin.fail(base, client, err, scheduler)
+                raise
             return dask_plugin.contribute(
                 base, client, cons, opts.clients,
                 lambda cl, futures: _run(opts, self.name, step, cl, futures),
                 scheduler=scheduler, wait=opts.wait,
             )  # fmt: skip
+        cons = _as_contributions(self.func(*args, **kwargs), client, self.name)
         # a snapshot, as h5py's write would be: the caller may reuse its buffers before the
         # step's last call writes them
         cons = {n: Contribution(c.client, c.rows.copy(), c.values.copy()) for n, c in cons.items()}

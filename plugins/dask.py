@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["contribute", "in_dask_task", "scheduler_client"]
+__all__ = ["contribute", "fail", "in_dask_task", "scheduler_client"]
 
 _CLIENTS: dict[str, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -103,7 +103,7 @@ def contribute(
     >>> contribute("iorch:save:ckpt/3.h5", 0, {"u": con}, 4, run)  # doctest: +SKIP
     Checkpoint(path=PosixPath('ckpt/3.h5'), step=3)
     """
-    from distributed import Lock, Queue, get_client, get_worker, rejoin, secede
+    from distributed import Queue, get_client, get_worker, rejoin, secede
 
     from orchestrator.cluster import IOCluster, _discover
 
@@ -128,11 +128,14 @@ def contribute(
     try:
         # Lock finds the scheduler through the default client: inside a task that is the
         # worker's own; elsewhere pass it explicitly
-        name = f"{base}:lock"
-        lock = Lock(name) if in_task else Lock(name, client.scheduler, client.loop)
-        with lock:
+        with _lock(client, base, in_task):
             # the scheduler's metadata store: a missing key is simply the default
             ids = list(client.get_metadata([base, "clients"], default=[]))
+            failed = client.get_metadata([base, "failed"], default=None)
+            if failed:
+                for n in names:
+                    client.unpublish_dataset(f"{base}:{client_id}:{n}")
+                raise RuntimeError(f"{base}: the step cannot be written: {failed}")
             if client_id in ids:
                 raise RuntimeError(f"{base}: client {client_id} contributed twice to this step")
             ids.append(client_id)
@@ -164,3 +167,44 @@ def contribute(
     finally:
         if in_task:
             rejoin()
+
+
+def _lock(client: Any, base: str, in_task: bool) -> Any:
+    """The step's distributed lock (inside a task Lock finds the worker's client itself)."""
+    from distributed import Lock
+
+    name = f"{base}:lock"
+    return Lock(name) if in_task else Lock(name, client.scheduler, client.loop)
+
+
+def fail(base: str, client_id: int, error: BaseException, scheduler: str | None = None) -> None:
+    """A call of step ``base`` failed before contributing: fail the whole step now.
+
+    The calls already waiting get the error instead of waiting for a leader
+    that will never come; later calls of the step fail at once; what was
+    published for the step is withdrawn.
+
+    Examples
+    --------
+    >>> fail("iorch:save:ckpt/3.h5", 2, ValueError("bad input"))  # doctest: +SKIP
+    """
+    from distributed import Queue, get_client
+
+    in_task = in_dask_task()
+    if in_task:
+        client = get_client()
+    elif scheduler:
+        client = scheduler_client(scheduler)
+    else:
+        return
+    why = f"client {client_id} failed: {type(error).__name__}: {error}"
+    with _lock(client, base, in_task):
+        waiting = list(client.get_metadata([base, "clients"], default=[]))
+        client.set_metadata([base, "failed"], why)
+        client.set_metadata([base, "clients"], [])
+    out = Queue(f"{base}:out", client=client)
+    for _ in waiting:
+        out.put(RuntimeError(f"{base}: the step cannot be written: {why}"))
+    for name in client.list_datasets():
+        if str(name).startswith(f"{base}:"):
+            client.unpublish_dataset(name)

@@ -45,3 +45,13 @@ def capture_part(target, rank, clients):
         u[rank * 40 : (rank + 1) * 40] = rank + 1.0
         f.attrs["clients"] = clients
     return f.checkpoint
+
+
+def make_flaky(target, clients, bad_rank):
+    @orc.output_stage(target=target, clients=clients)
+    def flaky(step, rank):
+        if rank == bad_rank:
+            raise ValueError(f"rank {rank} diverged")
+        return np.arange(rank * 10, rank * 10 + 10), np.zeros(10)
+
+    return flaky

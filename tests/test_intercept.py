@@ -194,3 +194,17 @@ def test_iorch_bench_stage_runs_both_ways(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("4 MiB") == 2 and "baseline+fsync ÷ orch." in p.stdout
     assert not [q for q in tmp_path.iterdir() if not q.name.startswith(".raw")]
+
+
+def test_a_failing_dask_task_fails_its_whole_step_instead_of_hanging(cluster, tmp_path):
+    from distributed import wait
+
+    flaky = stage_funcs.make_flaky(str(tmp_path / "f-{step}.h5"), 4, bad_rank=2)
+    futures = cluster.client.map(flaky, [0] * 4, range(4), pure=False)
+    wait(futures, timeout=120)  # all finish (none waits for a leader that will never come)
+    errors = [str(f.exception()) for f in futures]
+    assert "rank 2 diverged" in errors[2]
+    assert all("the step cannot be written: client 2 failed: ValueError" in e
+               for i, e in enumerate(errors) if i != 2)  # fmt: skip
+    assert not (tmp_path / "f-0.h5").exists()
+    assert not [d for d in cluster.client.list_datasets() if "f-0.h5" in str(d)]
