@@ -316,7 +316,25 @@ def capture(
     from .intercept import OutputStage, StageOptions
 
     f = CapturedFile(target, mode)
-    yield f
+    escaped = os.fspath(target).replace("{", "{{").replace("}", "}}")
+    name = f"capture:{f.filename}"  # every capture of one target agrees on it: one stage
+    try:
+        yield f
+    except BaseException as err:
+        cause = err
+        if clients > 1:  # the other captures of this target must not wait for this one
+
+            def failed(step: int, client: int) -> Any:
+                raise cause
+
+            failed.__name__ = failed.__qualname__ = name
+            opts = StageOptions(target=escaped, clients=clients, cluster=cluster,
+                                scheduler=scheduler)  # fmt: skip
+            try:
+                OutputStage(failed, opts)(0, client)
+            except BaseException:
+                pass
+        raise
     specs, cons = f.specs_and_contributions(client)
     if not specs:
         raise CaptureError(f"capture({f.filename!r}): no dataset was created")
@@ -324,7 +342,7 @@ def capture(
     if unwritten and clients == 1:
         raise CaptureError(f"capture({f.filename!r}): dataset(s) {unwritten} were never written")
     opts = StageOptions(
-        target=os.fspath(target).replace("{", "{{").replace("}", "}}"), clients=clients,
+        target=escaped, clients=clients,
         format=format, allow_missing=True, overwrite=overwrite, cluster=cluster,
         scheduler=scheduler, shapes={n: s.shape for n, s in specs.items()},
         dtypes={n: s.dtype.str for n, s in specs.items()}, attrs=f.all_attrs(), **stage_options,
@@ -333,7 +351,6 @@ def capture(
     def record(step: int, client: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return {n: (c.rows, c.values) for n, c in cons.items()}
 
-    # every capture of one target agrees on this name, so they form one stage
-    record.__name__ = record.__qualname__ = f"capture:{f.filename}"
+    record.__name__ = record.__qualname__ = name
     result = OutputStage(record, opts)(0, client)
     f.checkpoint = result.result() if isinstance(result, Future) else result

@@ -55,3 +55,12 @@ def make_flaky(target, clients, bad_rank):
         return np.arange(rank * 10, rank * 10 + 10), np.zeros(10)
 
     return flaky
+
+
+def capture_or_fail(target, rank, clients, bad_rank):
+    with orc.capture(target, clients=clients, client=rank) as f:
+        u = f.create_dataset("u", shape=(10 * clients, 2), dtype="f8")
+        if rank == bad_rank:
+            raise ValueError(f"rank {rank} diverged")
+        u[rank * 10 : (rank + 1) * 10] = 1.0
+    return f.checkpoint

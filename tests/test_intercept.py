@@ -208,3 +208,16 @@ def test_a_failing_dask_task_fails_its_whole_step_instead_of_hanging(cluster, tm
                for i, e in enumerate(errors) if i != 2)  # fmt: skip
     assert not (tmp_path / "f-0.h5").exists()
     assert not [d for d in cluster.client.list_datasets() if "f-0.h5" in str(d)]
+
+
+def test_a_failing_capture_fails_the_captures_of_its_target(cluster, tmp_path):
+    from distributed import wait
+
+    target = str(tmp_path / "cf.h5")
+    futures = cluster.client.map(stage_funcs.capture_or_fail, [target] * 3, range(3), [3] * 3,
+                                 [1] * 3, pure=False)  # fmt: skip
+    wait(futures, timeout=120)
+    errors = [str(f.exception()) for f in futures]
+    assert "rank 1 diverged" in errors[1]
+    assert "client 1 failed" in errors[0] and "client 1 failed" in errors[2]
+    assert not (tmp_path / "cf.h5").exists()
