@@ -412,7 +412,7 @@ def run_bips3d(
     from .storage import StorageError
     from .workflows import bips3d
     from .workflows.mesh import MeshFormatError
-    from .writebench import parse_size, raw_write_bandwidth
+    from .writebench import calibrated_cost, parse_size, raw_write_bandwidth
 
     try:
         methods = list(METHODS) if assign == "all" else [m.strip() for m in assign.split(",")]
@@ -438,10 +438,8 @@ def run_bips3d(
             raw = raw_write_bandwidth(out, max(nbytes, 8 << 20))
             with local_cluster(n_ionodes=ionodes, n_compute=2) as cl:
                 # planning and the auto rule see this machine's link and disk, measured
-                net = cl.network_bandwidth()
-                cost = CostModel(network_bandwidth=net, disk_bandwidth=raw / ionodes,
-                                 network_latency=50e-6, disk_latency=50e-6,
-                                 name="calibrated")  # fmt: skip
+                cost = calibrated_cost(cl, raw)
+                net = cost.network_bandwidth
                 total = repeat * (1 if strategy == "sequential" else len(methods))
                 prog.update(task, description="dumping", total=total)
                 results = bips3d.run_methods(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "fsync_path", "fsync_tree"]
+__all__ = ["atomic_path", "fsync_path", "fsync_tree", "remove_path"]
 
 
 @contextmanager
@@ -63,3 +63,23 @@ def fsync_tree(path: str | os.PathLike[str]) -> None:
         for name in [*files, *dirs]:
             fsync_path(os.path.join(root, name))
     fsync_path(path)
+
+
+def remove_path(path: str | os.PathLike[str]) -> None:
+    """Delete a file or a directory tree (a Zarr store); a missing path is not an error.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()) / "a.zarr"
+    >>> (d / "c").mkdir(parents=True)
+    >>> remove_path(d); remove_path(d); d.exists()
+    False
+    """
+    import shutil
+
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

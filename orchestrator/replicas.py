@@ -149,6 +149,29 @@ class ReplicaSets:
         return self.n_rows
 
 
+def check_graph(
+    indptr: npt.NDArray[np.int64],
+    indices: npt.NDArray[np.int64],
+    error: type[Exception] = ReplicaError,
+    what: str = "node",
+) -> None:
+    """Reject a CSR graph the kernels (and METIS) would read out of bounds, with ``error``.
+
+    Examples
+    --------
+    >>> check_graph(np.array([0, 1, 2]), np.array([1, 5]))
+    Traceback (most recent call last):
+    ...
+    orchestrator.replicas.ReplicaError: indices holds node 5, outside 0..1
+    """
+    n = indptr.size - 1
+    if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():
+        raise error(f"indptr must rise from 0 to len(indices) = {indices.size}")
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        bad = int(indices[(indices < 0) | (indices >= n)][0])
+        raise error(f"indices holds {what} {bad}, outside 0..{n - 1}")
+
+
 def replica_sets(
     indptr: Any, indices: Any, partition: Any, halo: int = 1, n_parts: int | None = None
 ) -> ReplicaSets:
@@ -195,11 +218,7 @@ def replica_sets(
         raise ReplicaError(
             f"indptr has {ptr.size} entries for {part.size} nodes (needs len(partition) + 1)"
         )
-    if ptr[0] != 0 or ptr[-1] != idx.size or (np.diff(ptr) < 0).any():
-        raise ReplicaError(f"indptr must rise from 0 to len(indices) = {idx.size}")
-    if idx.size and (idx.min() < 0 or idx.max() >= part.size):
-        bad = int(idx[(idx < 0) | (idx >= part.size)][0])
-        raise ReplicaError(f"indices holds node {bad}, outside 0..{part.size - 1}")
+    check_graph(ptr, idx, ReplicaError)
     out_ptr, members = kernel(ptr, idx, part, k, int(halo))
     return ReplicaSets(out_ptr, members, k)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,7 +24,7 @@ from .assignment import assign_holdings
 from .cluster import IOCluster, local_cluster
 from .contributions import Contribution, ContributionError, DatasetSpec, gather
 from .cost import CostModel
-from .files import fsync_path
+from .files import fsync_path, remove_path
 from .layout import StageTransfers, StripeLayout, derive_transfers
 from .plan import Plan
 from .policies import get_policy, schedule
@@ -417,7 +416,7 @@ def write_stage(
             manifest["attrs"] = {str(k): dict(v) for k, v in attrs.items()}
         backend.finish(tmp, manifest)
         if target.exists():  # overwrite: the old target goes only once the new one is complete
-            _remove(target)
+            remove_path(target)
         os.rename(tmp, target)
         fsync_path(target.parent)
     except BaseException:
@@ -425,7 +424,7 @@ def write_stage(
             cl.client.run(_drop_writers, tmp.name, wait=True)
         except Exception as err:  # cleanup must not hide the original error
             log.warning("could not release writers of %s: %s", tmp.name, err)
-        _remove(tmp)
+        remove_path(tmp)
         raise
     finally:
         if own:
@@ -673,10 +672,3 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
             if got != want:
                 bad.append(f"{name}: stripe at byte {off}: checksum {got}, manifest says {want}")
     return bad
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

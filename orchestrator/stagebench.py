@@ -16,7 +16,6 @@ the baseline is given without and with a final fsync of its output.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .files import fsync_path, fsync_tree
+from .files import fsync_path, fsync_tree, remove_path
 from .intercept import output_stage
 
 __all__ = ["StageBenchRow", "block", "run"]
@@ -152,9 +151,7 @@ def run(
                 base = directory / f"baseline.{ext}"
                 orch = directory / f"orchestrated.{ext}"
                 for p in (base, orch):
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(
-                        missing_ok=True
-                    )
+                    remove_path(p)
                 _create_baseline(base, fmt, n_rows)
                 t0 = time.perf_counter()
                 futures = [cluster.client.submit(_baseline_task, str(base), fmt, r, tasks, n_rows,
@@ -175,9 +172,7 @@ def run(
                 _check(base, fmt, n_rows)
                 _check(orch, fmt, n_rows)
                 for p in (base, orch):
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(
-                        missing_ok=True
-                    )
+                    remove_path(p)
                 rows.append(StageBenchRow(tasks, n_rows * WIDTH * 8, fmt, t_base, t_sync, t_orch))
                 advance(f"{fmt}, {nbytes >> 20} MiB, {tasks} tasks")
     return rows

@@ -22,9 +22,17 @@ import numpy as np
 from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
 from .cost import CostModel
+from .files import remove_path
 from .stage import write_stage
 
-__all__ = ["BenchRow", "parse_size", "raw_write_bandwidth", "run", "synthetic_stage"]
+__all__ = [
+    "BenchRow",
+    "calibrated_cost",
+    "parse_size",
+    "raw_write_bandwidth",
+    "run",
+    "synthetic_stage",
+]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}  # fmt: skip
@@ -132,6 +140,20 @@ def raw_write_bandwidth(directory: Path, nbytes: int, block: int = 8 << 20) -> f
     return nbytes / seconds
 
 
+def calibrated_cost(cluster: IOCluster, raw_bandwidth: float) -> CostModel:
+    """A planning model of this machine: measured worker-to-worker network, and the raw disk
+    bandwidth shared equally by the I/O workers (so planned and realized times compare).
+
+    Examples
+    --------
+    >>> calibrated_cost(cluster, 400e6).name  # doctest: +SKIP
+    'calibrated'
+    """
+    return CostModel(network_bandwidth=cluster.network_bandwidth(),
+                     disk_bandwidth=raw_bandwidth / cluster.n_ionodes,
+                     network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class BenchRow:
     """One policy's measured write."""
@@ -178,9 +200,7 @@ def run(
                                    workers=[cluster.compute_worker(c)])
              for c, rows in held]  # fmt: skip
     raw = raw_write_bandwidth(directory, spec.nbytes)
-    cost = CostModel(network_bandwidth=cluster.network_bandwidth(),
-                     disk_bandwidth=raw / cluster.n_ionodes,
-                     network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
+    cost = calibrated_cost(cluster, raw)
     rows = []
     for p in policies:
         target = directory / f"write-bench-{p}.{'h5' if fmt == 'hdf5' else 'zarr'}"
@@ -195,15 +215,6 @@ def run(
             tr = res.trace
             close(realized_gantt(res.plan, tr.unit, tr.ionode, tr.start, tr.end,
                                  path=gantt_dir / f"gantt-{p}.png"))  # fmt: skip
-        _remove(target)
+        remove_path(target)
         advance()
     return raw, rows
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)

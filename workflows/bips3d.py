@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.files import remove_path
 from orchestrator.replicas import METHODS, IntervalStats, ReplicaSets, assign, interval_stats
 from orchestrator.replicas import replica_sets as _replica_sets
 
@@ -252,11 +253,6 @@ class DumpResult:
         """Bytes per second of the traced writes (first start to last end)."""
         return self.nbytes / self.write_seconds if self.write_seconds > 0 else float("inf")
 
-    @property
-    def throughput(self) -> float:
-        """Bytes per second of the whole stage (plan, dispatch, checksums, commit)."""
-        return self.nbytes / self.stage_seconds
-
 
 def dump(
     case: MeshCase,
@@ -437,7 +433,7 @@ def run_methods(
         warm = out / f".bips3d-warmup.{suffix}"
         dump(case, cluster, warm, load=load, method=methods[0], contributions=parts,
              overwrite=True, **options)  # fmt: skip
-        _remove(warm)
+        remove_path(warm)
         runs: dict[str, list[DumpResult]] = {m: [] for m in methods}
         for _ in range(repeat):
             for m in methods:
@@ -449,15 +445,6 @@ def run_methods(
     finally:
         cluster.client.cancel(parts)
     return [sorted(r, key=lambda x: x.write_seconds)[(len(r) - 1) // 2] for r in runs.values()]
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def default_mesh() -> Path | None:

@@ -421,6 +421,8 @@ def partition(indptr: Any, indices: Any, n_parts: int, seed: int = 0) -> IntArra
     """
     import pymetis
 
+    from orchestrator.replicas import check_graph
+
     if isinstance(n_parts, bool) or not isinstance(n_parts, int | np.integer):
         raise MeshFormatError(f"n_parts must be an integer, got {n_parts!r}")
     indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
@@ -430,11 +432,7 @@ def partition(indptr: Any, indices: Any, n_parts: int, seed: int = 0) -> IntArra
     if n_parts > n:
         raise MeshFormatError(f"n_parts = {n_parts} exceeds the graph's {n} vertices")
     # METIS reads out of bounds on a malformed graph instead of reporting it
-    if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():
-        raise MeshFormatError(f"indptr must rise from 0 to len(indices) = {indices.size}")
-    if indices.size and (indices.min() < 0 or indices.max() >= n):
-        bad = int(indices[(indices < 0) | (indices >= n)][0])
-        raise MeshFormatError(f"indices holds vertex {bad}, outside 0..{n - 1}")
+    check_graph(indptr, indices, MeshFormatError, "vertex")
     if n_parts == 1:
         return np.zeros(n, dtype=np.int64)
     opts = pymetis.Options(seed=seed)
