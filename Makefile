@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest docs bench clean
+.PHONY: demo test slurm lint typecheck pytest docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/iorch run bips3d --out out/demo
 
-test: $(STAMP) lint typecheck pytest docs
+test: $(STAMP) slurm lint typecheck pytest docs
+
+# Debian packages of a single-node Slurm for the tests (they start the daemons)
+slurm:
+	.ci/setup-slurm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -25,7 +29,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator plugins workflows
 
-pytest: $(STAMP)
+pytest: $(STAMP) slurm
 	$(BIN)/python -m pytest
 
 docs: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
 from contextlib import ExitStack
 from functools import partial
@@ -16,10 +17,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .bench import BIDDING, SweepResult, Timing
+from .cluster import ClusterError
 from .cost import CostModel, CostModelError, get_cost_model
 from .files import atomic_path
 from .plan import PlanError
 from .policies import PolicyError, policies, schedule
+from .slurmcli import (
+    ClusterOpt,
+    ComputePerNodeOpt,
+    IOHostsOpt,
+    IONodesOpt,
+    LocalDirOpt,
+    SharedOpt,
+    slurm_app,
+    workflow_cluster,
+)
 from .transfers import TransferSet, TransferSetError
 
 app = typer.Typer(
@@ -31,8 +43,9 @@ bench_app = typer.Typer(help="Benchmarks that print ratios measured side by side
 app.add_typer(bench_app, name="bench")
 workload_app = typer.Typer(help="Generate TransferSets to try the schedulers on.")
 app.add_typer(workload_app, name="workload")
-run_app = typer.Typer(help="Run a ready workflow (on the embedded local cluster).")
+run_app = typer.Typer(help="Run a ready workflow (embedded cluster, or across a Slurm job).")
 app.add_typer(run_app, name="run")
+app.add_typer(slurm_app, name="slurm")
 
 # tables are wide; in logs and pipes (no terminal to measure) do not squeeze them to 80 columns
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -390,23 +403,29 @@ def run_bips3d(
         str, typer.Option(help="auto (the paper's Fig. 7 rule), list, two-phase or sequential.")
     ] = "auto",
     format: Annotated[str, typer.Option(help="hdf5, hdf5-vds, hdf5-chunked or zarr.")] = "hdf5",
-    ionodes: Annotated[int, typer.Option(min=1, help="I/O workers of the embedded cluster.")] = 4,
+    ionodes: IONodesOpt = None,
     stripe: Annotated[str, typer.Option(help="Stripe size of the I/O nodes' layout.")] = "1MiB",
     repeat: Annotated[int, typer.Option(min=1, help="Runs per method (median is shown).")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of METIS, generated meshes and 'random'.")] = 0,
     out: Annotated[Path, typer.Option(help="Output folder (dumps, plots, results.json).")] = Path(
         "out/bips3d"
     ),
+    cluster: ClusterOpt = "auto",
+    io_nodes: IOHostsOpt = "1",
+    shared_nodes: SharedOpt = None,
+    compute_per_node: ComputePerNodeOpt = 1,
+    local_directory: LocalDirOpt = None,
 ) -> None:
     """The BIPS3D-like mesh dump: every assignment method written, verified and compared.
 
     Without --mesh or --nodes it uses the real BIPS3D mesh when this machine
     has it (``$IORCH_BIPS3D_MESH`` or ``../shared/data/bips3d-mesh2``) and a
-    generated mesh of the same size otherwise.
+    generated mesh of the same size otherwise. Inside a Slurm job it runs
+    across the job's nodes (see ``iorch slurm script``).
 
     Example: ``iorch run bips3d --mesh mesh.graph --parts 8 --load 100 --format zarr``
     """
-    from .cluster import local_cluster
+    from .plugins.slurm import SlurmError
     from .replicas import METHODS
     from .stage import StageError
     from .storage import StorageError
@@ -433,10 +452,12 @@ def run_bips3d(
         with _progress() as prog:
             task = prog.add_task("reading and partitioning the mesh", total=None)
             case = bips3d.load_case(mesh, nodes, parts=parts, halo=halo, seed=seed)
-            prog.update(task, description="starting the embedded cluster")
+            prog.update(task, description="starting the cluster")
             nbytes = case.n_nodes * load * 8
             raw = raw_write_bandwidth(out, max(nbytes, 8 << 20))
-            with local_cluster(n_ionodes=ionodes, n_compute=2) as cl:
+            with workflow_cluster(cluster, ionodes, io_nodes, shared_nodes, compute_per_node,
+                                  local_directory) as cl:  # fmt: skip
+                n_io = cl.n_ionodes
                 # planning and the auto rule see this machine's link and disk, measured
                 cost = calibrated_cost(cl, raw)
                 net = cost.network_bandwidth
@@ -448,9 +469,10 @@ def run_bips3d(
                     seed=seed, advance=lambda msg: prog.update(task, advance=1,
                                                               description=f"dumped {msg}"),
                 )  # fmt: skip
-    except (StageError, StorageError, MeshFormatError, bips3d.DumpError, *USER_ERRORS) as e:
+    except (StageError, StorageError, MeshFormatError, bips3d.DumpError, SlurmError,
+            ClusterError, *USER_ERRORS) as e:  # fmt: skip
         raise _fail(str(e)) from None
-    _report_bips3d(case, results, raw, net, load, policy, format, ionodes, stripe_bytes, out)
+    _report_bips3d(case, results, raw, net, load, policy, format, n_io, stripe_bytes, out)
 
 
 def _report_bips3d(
@@ -697,8 +719,15 @@ def cost_cmd(
         raise _fail(str(e)) from None
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # scancel and batch systems stop jobs with SIGTERM: unwind like Ctrl-C, so
+    # a stage being written removes its temporary output instead of leaving it
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
+    signal.signal(signal.SIGTERM, _terminate)
     app()
 
 
