@@ -23,6 +23,28 @@ def draw_all(out: Path) -> None:
         plan = orc.schedule(EXAMPLE, name, cost=COST, seed=1, **opts)
         close(gantt(plan, path=out / f"gantt_{name}.png"))
     draw_interval_map(out)
+    write_slurm_script(out)
+
+
+#: The command whose script the "Running under Slurm" page explains line by line.
+SLURM_EXAMPLE = (
+    "iorch slurm script bips3d --nodes 4 --io-nodes 1 --ionodes 4 --partition compute "
+    "--account myproject -- --parts 64 --load 100"
+)
+
+
+def write_slurm_script(out: Path) -> None:
+    """The batch script of :data:`SLURM_EXAMPLE`, with a user's paths for the folders."""
+    from orchestrator.slurmcli import _script
+
+    text = _script(
+        "bips3d", ["--parts", "64", "--load", "100"], nodes=4, io_nodes="1", ionodes=4,
+        shared_nodes=None, compute_per_node=1, local_directory=None, time_limit="00:30:00",
+        partition="compute", account="myproject", job_name=None, output=None, exclusive=True,
+        sbatch=None, check=False, origin=SLURM_EXAMPLE, workdir="/scratch/me/run1",
+        python_bin="/home/me/venv/bin",
+    )  # fmt: skip
+    (out / "bips3d-4nodes.sbatch").write_text(text)
 
 
 def draw_interval_map(out: Path) -> None:

@@ -130,6 +130,7 @@ def _script(
     shared_nodes: bool | None, compute_per_node: int, local_directory: str | None, time_limit: str,
     partition: str | None, account: str | None, job_name: str | None, output: str | None,
     exclusive: bool, sbatch: list[str] | None, check: bool | None, origin: str,
+    workdir: str | None = None, python_bin: str | None = None,
 ) -> str:  # fmt: skip
     """Check everything that can be checked before submission, then write the script."""
     from .plugins.slurm import (
@@ -148,7 +149,7 @@ def _script(
     if len(named) > nodes:
         raise SlurmError(f"--io-nodes {io_nodes!r} names {len(named)} nodes, the job has {nodes}")
     others = [f"(node {i})" for i in range(nodes - len(named))]
-    choose_roles(others + named, io_nodes, ionodes, shared_nodes)
+    roles = choose_roles(others + named, io_nodes, ionodes, shared_nodes)
     run_args = ["--cluster", "slurm", "--io-nodes", io_nodes]
     if ionodes is not None:
         run_args += ["--ionodes", str(ionodes)]
@@ -177,10 +178,19 @@ def _script(
     extra = list(sbatch or [])
     if named:
         extra.append(f"--nodelist={io_nodes}")  # the named I/O nodes must be in the job
+    n_io, n_cn = len(roles.io_hosts), len(roles.compute_hosts)
+    where = ", ".join(roles.io_hosts) if named else f"the last {n_io} of the {nodes} node(s)"
+    notes = [
+        f"I/O nodes: {where}, carrying {roles.n_ionodes} I/O worker(s) io-0..io-"
+        f"{roles.n_ionodes - 1} (one thread each, Dask resources io=1, io-K=1);",
+        f"compute nodes: {'all ' if n_cn == nodes else ''}{n_cn} node(s), "
+        f"{compute_per_node} compute worker process(es) each, sharing the node's cores.",
+    ]
     return batch_script(
         ["iorch", "run", workflow, *run_args], nodes=nodes, time_limit=time_limit,
         partition=partition, account=account, job_name=job_name or f"iorch-{workflow}",
-        output=output, exclusive=exclusive, extra_sbatch=extra, origin=origin,
+        output=output, exclusive=exclusive, extra_sbatch=extra, origin=origin, workdir=workdir,
+        python_bin=python_bin, notes=notes,
     )  # fmt: skip
 
 

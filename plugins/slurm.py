@@ -501,6 +501,7 @@ def batch_script(
     python_bin: str | os.PathLike[str] | None = None,
     extra_sbatch: Sequence[str] = (),
     origin: str = "",
+    notes: Sequence[str] = (),
 ) -> str:
     """A complete, commented ``sbatch`` script that runs ``command`` (an ``iorch run …``).
 
@@ -525,6 +526,8 @@ def batch_script(
         More ``#SBATCH`` options, verbatim (e.g. ``--constraint=nvme``).
     origin : str
         The command that generated the script, recorded in its header.
+    notes : sequence of str
+        Comment lines for the header (what runs where).
 
     Examples
     --------
@@ -551,9 +554,12 @@ def batch_script(
         "#!/bin/bash",
         f"# Written by io-orchestrator{': ' + origin if origin else ''}",
         "# Submit with `sbatch <this file>` (or `iorch slurm submit`); check with `iorch slurm status`.",  # noqa: E501
+        *(f"# {n}" for n in notes),
         "#",
+        "# (sbatch reads #SBATCH lines only before the first command)",
         f"#SBATCH --job-name={job_name}",
         f"#SBATCH --nodes={nodes}",
+        "# one task per node: the batch step; the workers are srun steps that overlap it",
         "#SBATCH --ntasks-per-node=1",
     ]
     if exclusive:
