@@ -307,13 +307,19 @@ class _SrunWorkers:
         self.steps = steps
 
     def close(self) -> None:
-        # ask the workers (and their nannies) to close, so the srun steps end by
-        # themselves; SIGTERM (srun then kills the tasks) only for what hangs
+        # close the nannies (each stops its worker cleanly), then the scheduler, so
+        # the srun steps end by themselves; SIGTERM (srun then kills the tasks) only
+        # for what hangs. Closing the scheduler first makes every worker log that
+        # its nanny "died unexpectedly".
         if any(p.poll() is None for p in self.steps):
             try:
-                self.cluster.close()
+                self.cluster.sync(_terminate_nannies, self.cluster.scheduler_address)
             except Exception as e:  # the scheduler may be gone already
-                log.debug("retire_workers failed: %s", e)
+                log.debug("closing the nannies failed: %s", e)
+        try:
+            self.cluster.close()
+        except Exception as e:
+            log.debug("closing the scheduler failed: %s", e)
         for p, wait in ((p, 15.0) for p in self.steps):
             for sig in (None, signal.SIGTERM, signal.SIGKILL):
                 if sig is not None and p.poll() is None:
@@ -323,7 +329,22 @@ class _SrunWorkers:
                     break
                 except subprocess.TimeoutExpired:
                     wait = 10.0
-        self.cluster.close()
+
+
+async def _terminate_nannies(address: str) -> None:
+    import asyncio
+
+    from distributed.core import rpc
+
+    async with rpc(address) as sched:
+        info = await sched.identity(n_workers=-1)
+    nannies = [w["nanny"] for w in info.get("workers", {}).values() if w.get("nanny")]
+
+    async def one(addr: str) -> None:
+        async with rpc(addr) as nanny:
+            await nanny.terminate()
+
+    await asyncio.gather(*(one(a) for a in nannies), return_exceptions=True)
 
 
 def allocation_cluster(
@@ -420,7 +441,7 @@ def _srun(
     mem = alloc.mem_per_node_mb * 2**20 if alloc.mem_per_node_mb else None
     argv = [
         "srun", "--overlap", "--overcommit", "--kill-on-bad-exit=0", f"--job-name=iorch-{role}",
-        "--nodes=1", f"--ntasks={ntasks}", f"--nodelist={host}",
+        "--nodes=1", f"--ntasks={ntasks}", f"--ntasks-per-node={ntasks}", f"--nodelist={host}",
         sys.executable, "-m", "orchestrator.plugins.slurm", "worker", address,
         f"--role={role}", f"--first={base}", f"--threads={threads}", f"--share={share}",
     ]  # fmt: skip
