@@ -301,8 +301,10 @@ def status_cmd(
         t.add_column(col)
     t.add_row(st.job_id, st.state, st.reason, st.nodes, st.elapsed, st.exit_code)
     console.print(t)
-    if st.done and st.stdout and lines:
-        out = Path(st.stdout)
+    if st.done and lines:
+        # default output name of our scripts, for a job the controller no longer describes
+        out = Path(st.stdout) if st.stdout else next(iter(Path.cwd().glob(f"*-{job_id}.out")),
+                                                     Path(f"iorch-*-{job_id}.out"))  # fmt: skip
         if out.exists():
             tail = out.read_text(errors="replace").splitlines()[-lines:]
             console.print(f"[bold]{out}[/] (last {len(tail)} lines):")

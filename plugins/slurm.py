@@ -698,7 +698,12 @@ def job_status(job_id: str) -> JobStatus:
         raise SlurmError(f"job id {job_id!r} is not a Slurm job id (digits)")
     r = _slurm_cmd(["scontrol", "show", "job", "--oneliner", str(job_id)], "ask for the job")
     if r.returncode != 0:
-        raise SlurmError(f"Slurm does not know job {job_id}: {r.stderr.strip()}")
+        # the controller forgets ended jobs after MinJobAge; accounting remembers (where kept)
+        acct = _accounting(str(job_id))
+        if acct is not None:
+            return acct
+        last = (r.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise SlurmError(f"Slurm does not know job {job_id}: {last}")
     fields = dict(
         kv.split("=", 1) for kv in r.stdout.split() if "=" in kv and not kv.startswith("=")
     )
@@ -711,6 +716,23 @@ def job_status(job_id: str) -> JobStatus:
         exit_code=fields.get("ExitCode", ""),
         stdout=fields.get("StdOut"),
     )
+
+
+def _accounting(job_id: str) -> JobStatus | None:
+    """The job as ``sacct`` remembers it, or ``None`` (no sacct, no accounting, unknown)."""
+    if shutil.which("sacct") is None:
+        return None
+    try:
+        r = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o",
+                            "JobID,State,NodeList,Elapsed,ExitCode"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    rows = [x.split("|") for x in r.stdout.splitlines() if x.count("|") == 4]
+    if r.returncode != 0 or not rows:
+        return None
+    _, state, nodes, elapsed, code = rows[0]
+    return JobStatus(job_id, state.split()[0], "", nodes, elapsed, code, None)
 
 
 # ------------------------------------------- workers as jobs: dask-jobqueue, Parsl
