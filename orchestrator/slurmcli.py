@@ -194,7 +194,23 @@ def _script(
     )  # fmt: skip
 
 
-@slurm_app.command("script", context_settings=_EXTRA)
+_SCRIPT_HELP = """Print a complete, commented batch script running WORKFLOW across the job's nodes.
+
+Options the workflow takes (``--parts``, ``--format`` …) follow ``--``.
+
+Example: ``iorch slurm script bips3d --nodes 4 --io-nodes 1 -- --parts 64 > job.sbatch``
+"""
+_SUBMIT_HELP = """Write the batch script (as ``iorch slurm script``), submit it, print the job id.
+
+The script is kept as ``JOBNAME-JOBID.sbatch``; the partition is always checked.
+
+Example: ``iorch slurm submit bips3d --nodes 4 --io-nodes 1 --partition debug -- --parts 64``
+"""
+
+
+# one function for both commands: the same options, the same checks
+@slurm_app.command("script", context_settings=_EXTRA, help=_SCRIPT_HELP)
+@slurm_app.command("submit", context_settings=_EXTRA, help=_SUBMIT_HELP)
 def script_cmd(
     ctx: typer.Context,
     workflow: WorkflowArg,
@@ -213,61 +229,25 @@ def script_cmd(
     sbatch: SbatchOpt = None,
     check: CheckOpt = True,
 ) -> None:
-    """Print a complete, commented batch script running WORKFLOW across the job's nodes.
-
-    Options the workflow takes (``--parts``, ``--format`` …) follow ``--``.
-
-    Example: ``iorch slurm script bips3d --nodes 4 --io-nodes 1 -- --parts 64 > job.sbatch``
-    """
-    from .cli import _fail
-    from .plugins.slurm import SlurmError
-
-    origin = shlex.join(["iorch", "slurm", *sys.argv[2:]]) if sys.argv[1:2] == ["slurm"] else ""
-    try:
-        text = _script(workflow, list(ctx.args), nodes, io_nodes, ionodes, shared_nodes,
-                       compute_per_node, local_directory, time_limit, partition, account,
-                       job_name, output, exclusive, sbatch, None if check else False,
-                       origin)  # fmt: skip
-    except (SlurmError, ValueError) as e:
-        raise _fail(str(e)) from None
-    sys.stdout.write(text)
-
-
-@slurm_app.command("submit", context_settings=_EXTRA)
-def submit_cmd(
-    ctx: typer.Context,
-    workflow: WorkflowArg,
-    nodes: NodesOpt = 1,
-    io_nodes: IOHostsOpt = "1",
-    ionodes: IONodesOpt = None,
-    shared_nodes: SharedOpt = None,
-    compute_per_node: ComputePerNodeOpt = 1,
-    local_directory: LocalDirOpt = None,
-    time_limit: TimeOpt = "00:30:00",
-    partition: PartitionOpt = None,
-    account: AccountOpt = None,
-    job_name: JobNameOpt = None,
-    output: OutputOpt = None,
-    exclusive: ExclusiveOpt = True,
-    sbatch: SbatchOpt = None,
-) -> None:
-    """Write the batch script (as ``iorch slurm script``), submit it with sbatch, print the job id.
-
-    The script is kept beside the job's output as ``JOBNAME-JOBID.sbatch``.
-
-    Example: ``iorch slurm submit bips3d --nodes 4 --io-nodes 1 --partition debug -- --parts 64``
-    """
+    """``iorch slurm script`` and ``iorch slurm submit`` (see their help texts)."""
     from .cli import _fail, console, err
     from .plugins.slurm import SlurmError, submit
 
+    submitting = ctx.info_name == "submit"
     origin = shlex.join(["iorch", "slurm", *sys.argv[2:]]) if sys.argv[1:2] == ["slurm"] else ""
     try:
+        if submitting and not check:
+            raise SlurmError("--no-check: submit always checks the partition (sbatch would too)")
         text = _script(workflow, list(ctx.args), nodes, io_nodes, ionodes, shared_nodes,
                        compute_per_node, local_directory, time_limit, partition, account,
-                       job_name, output, exclusive, sbatch, True, origin)  # fmt: skip
-        job = submit(text)
+                       job_name, output, exclusive, sbatch,
+                       True if submitting else (None if check else False), origin)  # fmt: skip
+        job = submit(text) if submitting else None
     except (SlurmError, ValueError) as e:
         raise _fail(str(e)) from None
+    if job is None:
+        sys.stdout.write(text)
+        return
     kept = Path(f"{job_name or 'iorch-' + workflow}-{job}.sbatch")
     kept.write_text(text)
     err.print(f"submitted; script kept in {kept}; follow it with `iorch slurm status {job}`")

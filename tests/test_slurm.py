@@ -188,6 +188,11 @@ def test_cli_script_rejects_before_submission(args: list[str], message: str) -> 
     assert message in " ".join(r.stderr.split()), r.stderr
 
 
+def test_cli_submit_always_checks() -> None:
+    r = iorch("slurm", "submit", "bips3d", "--no-check")
+    assert r.returncode == 2 and "submit always checks the partition" in r.stderr
+
+
 def test_cli_script_unknown_workflow() -> None:
     r = iorch("slurm", "script", "nope", "--no-check")
     assert r.returncode == 2 and "workflow 'nope'" in r.stderr and "bips3d" in r.stderr
