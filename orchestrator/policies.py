@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,11 @@ import numpy.typing as npt
 from .cost import CostModel, get_cost_model
 from .kernels import bidding, decentralized, greedy, matching
 from .kernels.rng import make_state
+from .kernels.timing import list_schedule
 from .plan import Plan, Units
 from .transfers import TransferSet
 
-__all__ = ["Policy", "PolicyError", "policies", "schedule"]
+__all__ = ["Built", "Policy", "PolicyError", "policies", "schedule"]
 
 log = logging.getLogger("orchestrator.policies")
 
@@ -30,8 +32,30 @@ class PolicyError(ValueError):
 
 
 @dataclass(frozen=True)
+class Built:
+    """What a policy with its own units (``Policy.build``) returns to :func:`schedule`."""
+
+    units: Units
+    order: npt.NDArray[np.int64]
+    rounds: int = 0
+    messages: int = 0
+    #: seconds of scheduling spent outside the measured call (e.g. a start plan's bidding)
+    extra_seconds: float = 0.0
+    fields: dict[str, Any] = dataclass_field(default_factory=dict)
+
+
+Builder = Callable[[TransferSet, CostModel, int, dict[str, Any]], Built]
+
+
+@dataclass(frozen=True)
 class Policy:
-    """What :func:`policies` reports about one policy."""
+    """What :func:`policies` reports about one policy.
+
+    Most policies order precomputed units with ``run``. Policies that cut
+    transfers themselves, or need the TransferSet and cost model (``split-opt``,
+    ``exact``, ``ecf-ls``, ``auto``), set ``build`` instead: it gets the
+    TransferSet, the cost model, the seed and the checked options.
+    """
 
     name: str
     summary: str
@@ -40,10 +64,14 @@ class Policy:
     randomised: bool
     parameters: dict[str, str]
     default_block_size: int | None
-    run: Callable[
-        [npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], int, int, int],
-        Result,
-    ]
+    run: (
+        Callable[
+            [npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], int, int, int],
+            Result,
+        ]
+        | None
+    )
+    build: Builder | None = None
 
 
 KiB = 1024
@@ -99,6 +127,29 @@ def _random_ios(c, s, d, nc, ns, seed):
 def _hash_ios(c, s, d, nc, ns, seed):
     seq, ptr = decentralized.hash_ios_sequences(c, s, nc, ns)
     return decentralized.serve_fifo(seq, ptr, s, d, nc, ns), 0, 0
+
+
+# ------------------------------------------------------ policies with their own units
+def _int_opt(options: dict[str, Any], name: str, default: int, low: int = 1) -> int:
+    v = options.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or not low <= v < 2**62:
+        raise PolicyError(f"{name} must be an integer >= {low}, got {v!r}")
+    return int(v)
+
+
+def _split_opt(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -> Built:
+    from .splitopt import split_opt_units
+
+    min_piece = _int_opt(options, "min_piece", 64 * KiB)
+    align = _int_opt(options, "align", 1)
+    units, order, stats = split_opt_units(ts, cm, min_piece=min_piece, align=align)
+    whole = schedule(ts, "ecf", cost=cm)
+    _, end = list_schedule(order, units.client, units.ionode, units.durations,
+                           ts.n_clients, ts.n_ionodes)  # fmt: skip
+    info = {"phases": stats["phases"], "decompositions": stats["rounds"]}
+    if whole.makespan < float(end.max()):  # cuts cost more than they save here
+        return Built(whole.units, whole.order, fields={"options": info | {"fallback": "ecf"}})
+    return Built(units, order, rounds=stats["phases"], fields={"options": info})
 
 
 _WU = "Wu, Lin & Liu, Efficient Distributed Algorithms for Parallel I/O Scheduling"
@@ -217,6 +268,23 @@ _REGISTRY: dict[str, Policy] = {
             64 * KiB,
             _hash_ios,
         ),
+        Policy(
+            "split-opt",
+            "Cut transfers so every client and I/O node is busy until the lower bound "
+            "(Birkhoff–von Neumann phases).",
+            "Gonzalez & Sahni 1976 (preemptive open shop); Birkhoff–von Neumann decomposition",
+            "centralized",
+            False,
+            {
+                "min_piece": "min_piece (bytes, default 65536): no piece of a cut transfer is "
+                "smaller (smaller ones merge into the piece before them)",
+                "align": "align (bytes, default 1): cut offsets are multiples of this, from the "
+                "transfer's start (e.g. a stripe size)",
+            },
+            None,
+            None,
+            _split_opt,
+        ),
     ]
 }
 
@@ -260,7 +328,11 @@ def _warm_up(p: Policy) -> None:
     """Run a policy once on a tiny set so compile/cache-load time is not timed."""
     if p.name not in _warm:
         c = np.array([0, 1], dtype=np.int64)
-        p.run(c, c[::-1].copy(), np.array([1.0, 2.0]), 2, 2, 0)
+        if p.run is not None:
+            p.run(c, c[::-1].copy(), np.array([1.0, 2.0]), 2, 2, 0)
+        elif p.name != "exact":  # the solver's start-up is part of its cost
+            ts = TransferSet([0, 0, 1, 1], [0, 1, 0, 1], [3, 1, 2, 2])
+            p.build(ts, CostModel(1.0, 1.0), 0, {})  # type: ignore[misc]
         _warm.add(p.name)
 
 
@@ -330,8 +402,29 @@ def schedule(
                 f"pieces, more than the {MAX_UNITS:,} a plan may hold; use a larger block_size"
             )
     seed = int(seed)
-    units = Units.of(transfers, cm, block_size)
     _warm_up(p)
+    if p.build is not None:
+        t0 = time.perf_counter()
+        built = p.build(transfers, cm, seed, dict(options))
+        elapsed = time.perf_counter() - t0
+        fields = dict(built.fields)
+        opts = dict(options) | fields.pop("options", {})
+        return Plan(
+            transfers=transfers,
+            units=built.units,
+            order=built.order,
+            cost=cm,
+            policy=p.name,
+            kind=p.kind,
+            seed=seed,
+            rounds=built.rounds,
+            messages=built.messages,
+            kernel_seconds=elapsed + built.extra_seconds,
+            options=opts,
+            **fields,
+        )
+    units = Units.of(transfers, cm, block_size)
+    assert p.run is not None
     t0 = time.perf_counter()
     order, rounds, messages = p.run(
         units.client, units.ionode, units.durations, transfers.n_clients, transfers.n_ionodes, seed

@@ -68,7 +68,13 @@ def test_bench_schedulers_prints_ratios_and_writes_plots(tmp_path):
         assert (tmp_path / f"sweep_{name}.png").stat().st_size > 1000
     with open(tmp_path / "sweeps.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert {r["policy"] for r in rows} == set(orc.policies())
+    # the near-optimal policies have their own benchmark, `iorch bench optimal`
+    assert {r["policy"] for r in rows} == set(orc.policies()) - {
+        "split-opt",
+        "ecf-ls",
+        "exact",
+        "auto",
+    }
     assert all(float(r["makespan"]) >= float(r["lower_bound"]) * (1 - 1e-9) for r in rows)
 
 

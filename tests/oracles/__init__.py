@@ -19,9 +19,12 @@ from .decentralized import (
     simulate,
 )
 from .rng import SplitMix64
+from .splitopt import check_decomposition, check_pieces, preemptive_bound
 
 __all__ = [
     "SplitMix64",
+    "check_decomposition",
+    "check_pieces",
     "ecf",
     "fcfs",
     "first_ios",
@@ -37,6 +40,7 @@ __all__ = [
     "ms_ml",
     "mwm_check",
     "pair_weights",
+    "preemptive_bound",
     "rand",
     "random_ios",
     "random_ios_sequences",
