@@ -137,6 +137,24 @@ def _int_opt(options: dict[str, Any], name: str, default: int, low: int = 1) -> 
     return int(v)
 
 
+def _float_opt(options: dict[str, Any], name: str, default: float) -> float:
+    v = options.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+        raise PolicyError(f"{name} must be a number > 0, got {v!r}")
+    if not (np.isfinite(v) and v > 0):
+        raise PolicyError(f"{name} must be a number > 0, got {v!r}")
+    return float(v)
+
+
+def _start_opt(options: dict[str, Any], default: str, own: str) -> str:
+    v = options.get("start", default)
+    p = _REGISTRY.get(v) if isinstance(v, str) else None
+    if p is None or p.default_block_size is not None or p.build is not None:
+        ok = sorted(q.name for q in _REGISTRY.values() if q.run and q.default_block_size is None)
+        raise PolicyError(f"start must be a policy on whole transfers {ok}, got {v!r} ({own})")
+    return v
+
+
 def _split_opt(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -> Built:
     from .splitopt import split_opt_units
 
@@ -150,6 +168,33 @@ def _split_opt(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any
     if whole.makespan < float(end.max()):  # cuts cost more than they save here
         return Built(whole.units, whole.order, fields={"options": info | {"fallback": "ecf"}})
     return Built(units, order, rounds=stats["phases"], fields={"options": info})
+
+
+def _ecf_ls(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -> Built:
+    from .kernels import localsearch
+
+    start = _start_opt(options, "ecf", "ecf-ls")
+    moves = _int_opt(options, "moves", 5000)
+    window = _int_opt(options, "window", 64)
+    limit = _float_opt(options, "time_limit", 1.0)
+    first = schedule(ts, start, cost=cm, seed=seed)
+    t0 = time.perf_counter()
+    order, done, chunk = first.order, 0, 256
+    u = first.units
+    while done < moves and time.perf_counter() - t0 < limit:
+        step = min(chunk, moves - done)
+        order, evals, _ = localsearch.improve(
+            order, u.client, u.ionode, u.durations, ts.n_clients, ts.n_ionodes, step, window
+        )
+        done += int(evals)
+        if evals < step:  # local optimum
+            break
+    return Built(
+        u,
+        order,
+        extra_seconds=first.scheduling_seconds if first.kind == "bidding" else 0.0,
+        fields={"options": {"evaluated_moves": done}},
+    )
 
 
 _WU = "Wu, Lin & Liu, Efficient Distributed Algorithms for Parallel I/O Scheduling"
@@ -285,6 +330,24 @@ _REGISTRY: dict[str, Policy] = {
             None,
             _split_opt,
         ),
+        Policy(
+            "ecf-ls",
+            "Local search from ECF (or another start): swap/reinsert transfers on the "
+            "critical path while the makespan drops.",
+            "this project; moves after the open-shop local search literature",
+            "centralized",
+            False,
+            {
+                "start": "start (policy name, default 'ecf'): the plan to improve",
+                "moves": "moves (default 5000): most candidate moves evaluated",
+                "window": "window (default 64): a critical transfer may move before this many "
+                "of the transfers preceding it on its client or I/O node",
+                "time_limit": "time_limit (seconds, default 1.0): wall-time budget",
+            },
+            None,
+            None,
+            _ecf_ls,
+        ),
     ]
 }
 
@@ -299,8 +362,8 @@ def policies() -> dict[str, Policy]:
     Examples
     --------
     >>> from orchestrator import policies
-    >>> sorted(policies())[:4]
-    ['ecf', 'fcfs', 'first-ios', 'hash-ios']
+    >>> {"ecf", "mwm", "ms-ecf", "split-opt"} <= set(policies())
+    True
     >>> policies()["hdf"].parameters["block_size"]
     'block_size (bytes, default 32768): transfers are cut into pieces of this size'
     """

@@ -18,6 +18,7 @@ from .decentralized import (
     random_ios_sequences,
     simulate,
 )
+from .localsearch import critical_path, improving_moves
 from .rng import SplitMix64
 from .splitopt import check_decomposition, check_pieces, preemptive_bound
 
@@ -25,6 +26,7 @@ __all__ = [
     "SplitMix64",
     "check_decomposition",
     "check_pieces",
+    "critical_path",
     "ecf",
     "fcfs",
     "first_ios",
@@ -32,6 +34,7 @@ __all__ = [
     "hash_ios",
     "hash_ios_sequences",
     "hdf",
+    "improving_moves",
     "list_schedule",
     "lower_bound",
     "makespan",
