@@ -18,12 +18,14 @@ from .decentralized import (
     random_ios_sequences,
     simulate,
 )
+from .exact import best_makespan
 from .localsearch import critical_path, improving_moves
 from .rng import SplitMix64
 from .splitopt import check_decomposition, check_pieces, preemptive_bound
 
 __all__ = [
     "SplitMix64",
+    "best_makespan",
     "check_decomposition",
     "check_pieces",
     "critical_path",
