@@ -146,6 +146,13 @@ def _float_opt(options: dict[str, Any], name: str, default: float) -> float:
     return float(v)
 
 
+def _bool_opt(options: dict[str, Any], name: str, default: bool) -> bool:
+    v = options.get(name, default)
+    if not isinstance(v, bool | np.bool_):
+        raise PolicyError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
 def _start_opt(options: dict[str, Any], default: str, own: str) -> str:
     v = options.get("start", default)
     p = _REGISTRY.get(v) if isinstance(v, str) else None
@@ -218,6 +225,41 @@ def _exact(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -
         if float(end.max()) > hint.makespan:  # rounding to ticks may cost a hair
             order = hint.order
     return Built(u, order, fields={"optimality_gap": gap, "proven_optimal": proven})
+
+
+AUTO_CANDIDATES = ("ecf", "mwm", "ecf-ls", "split-opt")
+
+
+def _auto(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -> Built:
+    split = _bool_opt(options, "split", True)
+    limit = _float_opt(options, "time_limit", 1.0)
+    ecf_plan = schedule(ts, "ecf", cost=cm)
+    plans = [ecf_plan]
+    if ecf_plan.makespan > ecf_plan.lower_bound * (1 + 1e-9):  # else nothing can do better
+        plans.append(schedule(ts, "mwm", cost=cm))
+        best_whole = min(plans, key=lambda p: p.makespan)
+        # local search may spend at most 1% of the makespan it tries to shorten
+        budget = min(limit, 0.01 * best_whole.makespan)
+        plans.append(schedule(ts, "ecf-ls", cost=cm, start=best_whole.policy, time_limit=budget))
+        if split:
+            opts = {k: options[k] for k in ("min_piece", "align") if k in options}
+            plans.append(schedule(ts, "split-opt", cost=cm, **opts))
+    best = min(plans, key=lambda p: p.total_seconds)
+    return Built(
+        best.units,
+        best.order,
+        best.rounds if best.kind != "bidding" else 0,
+        best.messages if best.kind != "bidding" else 0,
+        fields={
+            "chosen_policy": best.policy,
+            "options": {
+                "candidates": {
+                    p.policy: {"makespan": p.makespan, "scheduling_seconds": p.scheduling_seconds}
+                    for p in plans
+                }
+            },
+        },
+    )
 
 
 _WU = "Wu, Lin & Liu, Efficient Distributed Algorithms for Parallel I/O Scheduling"
@@ -381,6 +423,24 @@ _REGISTRY: dict[str, Policy] = {
             None,
             None,
             _exact,
+        ),
+        Policy(
+            "auto",
+            "Run the fast candidates (ecf, mwm, ecf-ls, split-opt) and keep the best "
+            "scheduling time + makespan.",
+            "this project",
+            "centralized",
+            False,
+            {
+                "split": "split (default True): may cut transfers (split-opt is a candidate)",
+                "time_limit": "time_limit (seconds, default 1.0): budget of the ecf-ls candidate "
+                "(never more than 1% of the best makespan found before it)",
+                "min_piece": "min_piece: passed to split-opt",
+                "align": "align: passed to split-opt",
+            },
+            None,
+            None,
+            _auto,
         ),
     ]
 }
