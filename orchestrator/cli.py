@@ -231,6 +231,70 @@ def bench_schedulers(
         _print_timings(tm, sizes, budget, tests_dir is not None)
 
 
+@bench_app.command("optimal")
+def bench_optimal(
+    quick: Annotated[bool, typer.Option(help="Fewer and smaller sets (a test runs this).")] = False,
+    seeds: Annotated[int, typer.Option(min=1, help="Instances per family point.")] = 1,
+    cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
+    exact_limit: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="Seconds CP-SAT may spend per set (default 10; 2 if quick)."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for optimal.csv and optimal.json.")] = Path(
+        "out/bench-optimal"
+    ),
+) -> None:
+    """Every policy against the lower bound and the CP-SAT optimum on the benchmark families.
+
+    Example: ``iorch bench optimal --quick --out out/opt``
+    """
+    from . import optbench
+
+    try:
+        cm = _cost(cost)
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    limit = exact_limit if exact_limit is not None else (2.0 if quick else 10.0)
+    fams = optbench.families(quick, seeds)
+    console.print(
+        f"[bold]bench optimal[/]: cost model {cm.name}, {len(fams)} families, "
+        f"CP-SAT limit {limit:g} s; ratios are makespan ÷ lower bound (mean / worst)"
+    )
+    results = []
+    with _progress() as prog:
+        for fam in fams:
+            total = len(fam.makers) * len(optbench.POLICIES)
+            task = prog.add_task(f"family {fam.name}", total=total)
+            results.append(optbench.run_family(fam, cm, limit, advance=partial(prog.advance, task)))
+    summary = optbench.summarize(results)
+    t = Table(title=f"bench optimal ({cm.name} cost model)", title_justify="left")
+    for col in ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
+                "messages", "sched s"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("family", "policy") else "right")
+    last = None
+    for r in summary:
+        if last is not None and r["family"] != last:
+            t.add_section()
+        last = r["family"]
+        ex = r["ratio_exact_mean"]
+        t.add_row(
+            r["family"], r["policy"], str(r["instances"]), f"{r['ratio_mean']:.4f}",
+            f"{r['ratio_max']:.4f}", "-" if ex is None else f"{ex:.4f}", f"{r['pieces']:.0f}",
+            f"{r['messages']:.0f}", f"{r['scheduling_seconds']:.4f}",
+        )  # fmt: skip
+    console.print(t)
+    tg = optbench.targets(results)
+    tt = Table(title="targets", title_justify="left")
+    for col in ("target", "holds", "worst", "where"):
+        tt.add_column(col)
+    for name, v in tg.items():
+        tt.add_row(name, "yes" if v["ok"] else "NO", f"{v['worst']:.4f}", v["family"])
+    console.print(tt)
+    meta = {"cost": cm.to_dict(), "quick": quick, "seeds": seeds, "exact_limit": limit}
+    optbench.write_outputs(results, out, meta)
+    console.print(f"rows in {out / 'optimal.csv'}, summary and targets in {out / 'optimal.json'}")
+
+
 def _print_sweep(res: SweepResult) -> None:
     sw = res.sweep
     t = Table(

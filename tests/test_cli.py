@@ -1,6 +1,7 @@
 """The real `iorch` console script, run as a user would."""
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator as orc
+from orchestrator import optbench
 
 IORCH = str(Path(sys.executable).with_name("iorch"))
 
@@ -115,3 +117,29 @@ def test_schedule_bad_options_give_clear_errors(tmp_path, monkeypatch, args, mes
 def test_bench_rejects_zero_seeds():
     p = run("bench", "schedulers", "--quick", "--seeds", "0", check=False)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "seeds" in p.stderr
+
+
+@pytest.mark.slow
+def test_bench_optimal_quick_prints_the_table_and_writes_csv_and_json(tmp_path):
+    p = run("bench", "optimal", "--quick", "--exact-limit", "1", "--out", str(tmp_path))
+    header = ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
+              "messages", "sched s")  # fmt: skip
+    for col in header:
+        assert col in p.stdout
+    fams = [f.name for f in optbench.families(quick=True)]
+    table_rows = [line for line in p.stdout.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in table_rows]
+    body = [c for c in cells if len(c) == len(header) and c[0] in fams]
+    assert {(c[0], c[1]) for c in body} >= {(f, q) for f in fams for q in optbench.POLICIES[:-1]}
+    for c in body:
+        assert float(c[3]) >= 1.0 - 1e-4 and float(c[4]) >= float(c[3]) - 1e-4
+    # the exact optimum is a column only where CP-SAT ran: the small sets have it
+    assert all(c[5] != "-" for c in body if c[0] == "small")
+    doc = json.loads((tmp_path / "optimal.json").read_text())
+    assert set(doc["targets"]) >= {"split-opt <= 1.01 LB", "auto <= 1.02 LB (dense)"}
+    assert all(isinstance(v["ok"], bool) for v in doc["targets"].values())
+    with open(tmp_path / "optimal.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["family"] for r in rows} == set(fams)
+    assert all(float(r["makespan"]) >= float(r["lower_bound"]) * (1 - 1e-9) for r in rows)
+    assert {r["policy"] for r in rows if r["family"] == "small"} == set(optbench.POLICIES)
