@@ -227,36 +227,49 @@ def _exact(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -
     return Built(u, order, fields={"optimality_gap": gap, "proven_optimal": proven})
 
 
-AUTO_CANDIDATES = ("ecf", "mwm", "ecf-ls", "split-opt")
-
-
 def _auto(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -> Built:
     split = _bool_opt(options, "split", True)
     limit = _float_opt(options, "time_limit", 1.0)
-    ecf_plan = schedule(ts, "ecf", cost=cm)
-    plans = [ecf_plan]
-    if ecf_plan.makespan > ecf_plan.lower_bound * (1 + 1e-9):  # else nothing can do better
-        plans.append(schedule(ts, "mwm", cost=cm))
-        best_whole = min(plans, key=lambda p: p.makespan)
-        # local search may spend at most 1% of the makespan it tries to shorten
-        budget = min(limit, 0.01 * best_whole.makespan)
-        plans.append(schedule(ts, "ecf-ls", cost=cm, start=best_whole.policy, time_limit=budget))
-        if split:
-            opts = {k: options[k] for k in ("min_piece", "align") if k in options}
-            plans.append(schedule(ts, "split-opt", cost=cm, **opts))
+    sp_opts: dict[str, Any] = {k: options[k] for k in ("min_piece", "align") if k in options}
+    if split:  # checked even when split-opt ends up not running
+        _int_opt(sp_opts, "min_piece", 1)
+        _int_opt(sp_opts, "align", 1)
+    plans = [schedule(ts, "ecf", cost=cm)]
+    unit = max(plans[0].scheduling_seconds, 1e-6)
+    skipped: dict[str, str] = {}
+    # (candidate, its cost in ECF runs, a rough guess): a candidate runs only
+    # while the best plan's distance to the lower bound could pay for it
+    wanted = [("mwm", 5.0), ("ecf-ls", 0.0)] + ([("split-opt", 20.0)] if split else [])
+    for name, factor in wanted:
+        best = min(plans, key=lambda p: p.total_seconds)
+        gain = best.makespan - best.lower_bound
+        if gain <= 1e-9 * best.lower_bound:
+            skipped[name] = "a plan meets the lower bound"
+            continue
+        if name == "ecf-ls":
+            start = min(plans, key=lambda p: p.makespan)
+            # local search spends at most 1% of the makespan it tries to shorten,
+            # and at most half of what it could gain
+            budget = min(limit, 0.01 * start.makespan, 0.5 * gain)
+            plans.append(schedule(ts, name, cost=cm, start=start.policy, time_limit=budget))
+        elif gain < factor * unit:
+            skipped[name] = f"cannot gain more than it costs ({gain:.3g} s)"
+        else:
+            plans.append(schedule(ts, name, cost=cm, **(sp_opts if name == "split-opt" else {})))
     best = min(plans, key=lambda p: p.total_seconds)
     return Built(
         best.units,
         best.order,
-        best.rounds if best.kind != "bidding" else 0,
-        best.messages if best.kind != "bidding" else 0,
+        best.rounds,
+        best.messages,
         fields={
             "chosen_policy": best.policy,
             "options": {
                 "candidates": {
                     p.policy: {"makespan": p.makespan, "scheduling_seconds": p.scheduling_seconds}
                     for p in plans
-                }
+                },
+                "skipped": skipped,
             },
         },
     )
