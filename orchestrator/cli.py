@@ -70,6 +70,27 @@ def _progress() -> Progress:
     )
 
 
+def _options(items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as policy options: ints, floats, true/false, else text."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise PolicyError(f"--option must look like KEY=VALUE, got {item!r}")
+        value: object = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = value
+    return out
+
+
 @app.command("policies")
 def policies_cmd() -> None:
     """List the scheduling policies with their origin and options.
@@ -97,14 +118,19 @@ def schedule_cmd(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the plan as CSV here.")] = None,
     gantt: Annotated[Path | None, typer.Option(help="Draw a Gantt chart PNG here.")] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(help="Policy option KEY=VALUE, repeatable (e.g. min_piece=1048576)."),
+    ] = None,
 ) -> None:
     """Schedule a TransferSet with one policy; print makespan, lower bound and ratio.
 
-    Example: ``iorch schedule --transfers t.csv --policy ecf --out plan.csv --gantt plan.png``
+    Example: ``iorch schedule --transfers t.csv --policy split-opt --option min_piece=1048576``
     """
     try:
         ts = _load(transfers)
-        opts = {} if block_size is None else {"block_size": block_size}
+        opts: dict[str, object] = {} if block_size is None else {"block_size": block_size}
+        opts |= _options(option or [])
         plan = schedule(ts, policy, cost=_cost(cost), seed=seed, **opts)
         plan.validate()
         # both outputs or neither: each is written aside and renamed at the end

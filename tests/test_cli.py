@@ -103,6 +103,22 @@ def test_outputs_are_both_written_or_neither(tmp_path):
         (["--policy", "uar", "--block-size", "0"], "block_size must be a positive integer, got 0"),
         (["--cost", "broken.json"], "cost model is not valid JSON"),
         (["--cost", "partial.json"], "lacks required field(s) ['disk_bandwidth']"),
+        (
+            ["--policy", "split-opt", "--option", "min_piece=0"],
+            "min_piece must be an integer >= 1, got 0",
+        ),
+        (
+            ["--policy", "exact", "--option", "time_limit=-1"],
+            "time_limit must be a number > 0, got -1",
+        ),
+        (
+            ["--policy", "ecf-ls", "--option", "moves"],
+            "--option must look like KEY=VALUE, got 'moves'",
+        ),
+        (
+            ["--policy", "auto", "--option", "split=maybe"],
+            "split must be True or False, got 'maybe'",
+        ),
     ],
 )
 def test_schedule_bad_options_give_clear_errors(tmp_path, monkeypatch, args, message):
@@ -112,6 +128,23 @@ def test_schedule_bad_options_give_clear_errors(tmp_path, monkeypatch, args, mes
     (tmp_path / "t.csv").write_text("client,ionode,nbytes\n0,0,3\n")
     p = run("schedule", "--transfers", "t.csv", *args, check=False)
     assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_schedule_split_opt_with_options_writes_pieces_with_offsets(tmp_path):
+    t = tmp_path / "t.csv"
+    # split-opt cuts transfer 3 here (its decomposition needs two phases of that pair)
+    t.write_text("client,ionode,nbytes\n1,2,1000\n1,0,3000\n2,0,4000\n1,1,4000\n2,2,4000\n")
+    (tmp_path / "unit.json").write_text('{"network_bandwidth": 1, "disk_bandwidth": 1}')
+    out = tmp_path / "plan.csv"
+    run("schedule", "--transfers", str(t), "--policy", "split-opt", "--cost",
+        str(tmp_path / "unit.json"), "--option", "min_piece=1", "--option", "align=500",
+        "--out", str(out))  # fmt: skip
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    assert "offset" in rows[0]
+    assert all(int(r["offset"]) % 500 == 0 for r in rows)
+    assert [r["transfer"] for r in rows].count("3") == 2
+    assert max(float(r["end"]) for r in rows) == 8000.0  # the lower bound
 
 
 def test_bench_rejects_zero_seeds():
