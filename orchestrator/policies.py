@@ -165,7 +165,7 @@ def _start_opt(options: dict[str, Any], default: str, own: str) -> str:
 def _split_opt(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -> Built:
     from .splitopt import split_opt_units
 
-    min_piece = _int_opt(options, "min_piece", 64 * KiB)
+    min_piece = _int_opt(options, "min_piece", 4 * KiB)
     align = _int_opt(options, "align", 1)
     units, order, stats = split_opt_units(ts, cm, min_piece=min_piece, align=align)
     whole = schedule(ts, "ecf", cost=cm)
@@ -399,8 +399,8 @@ _REGISTRY: dict[str, Policy] = {
             "centralized",
             False,
             {
-                "min_piece": "min_piece (bytes, default 65536): no piece of a cut transfer is "
-                "smaller (smaller ones merge into the piece before them)",
+                "min_piece": "min_piece (bytes, default 4096, a page): no piece of a cut transfer "
+                "but its last is smaller (slots too short for it stay empty)",
                 "align": "align (bytes, default 1): cut offsets are multiples of this, from the "
                 "transfer's start (e.g. a stripe size)",
             },

@@ -23,7 +23,9 @@ module builds such a plan from the client × I/O-node load matrix:
    ``min_piece`` bytes left empty (only a transfer's last piece may be
    smaller than ``min_piece``: it is what is left). Transfers whose slots
    cannot hold them are inflated by the missing bytes plus one piece's
-   cost and the decomposition is redone (at most ``max_rounds`` times).
+   cost and the decomposition is redone (at most ``max_rounds`` times);
+   the round whose plan is shortest is kept (inflating trades overruns
+   for a larger bound, and the best balance varies).
 5. Units are ordered by the start of their slot. List scheduling then
    runs every unit no later than its slot, so the makespan is at most the
    padded matrix's bound: exactly the lower bound with zero latency,
@@ -42,6 +44,7 @@ import numpy.typing as npt
 
 from .cost import CostModel
 from .kernels import decompose
+from .kernels.timing import list_schedule
 from .plan import Units
 from .transfers import TransferSet
 
@@ -67,15 +70,14 @@ def split_opt_units(
     cost: CostModel,
     min_piece: int = 1,
     align: int = 1,
-    max_rounds: int = 6,
+    max_rounds: int = 4,
 ) -> tuple[Units, npt.NDArray[np.int64], dict[str, Any]]:
     """Pieces and order of the ``split-opt`` plan of ``transfers`` (see the module docstring).
 
-    Returns the units, the order, and statistics: ``phases`` of the last
-    decomposition, ``rounds`` of decomposition, the ``bound`` the padded
-    matrix reached (seconds), and ``overrun_bytes`` that did not fit their
-    slots after ``max_rounds`` (0 unless a transfer is cut so finely that
-    even inflating it did not help).
+    Returns the units, the order, and statistics of the kept round:
+    ``phases`` of its decomposition, its number (``rounds``), the ``bound``
+    its padded matrix reached (seconds), and the ``overrun_bytes`` that did
+    not fit their slots (then pieces run past their slots).
 
     Examples
     --------
@@ -95,9 +97,9 @@ def split_opt_units(
     tr_ptr = np.append(first, pair.size).astype(np.int64)
     n = max(nc, ns)
     extra = np.zeros(len(transfers), dtype=np.int64)
-    rounds = 0
-    while rounds < max_rounds:
-        rounds += 1
+    best: tuple[Units, npt.NDArray[np.int64], dict[str, Any]] | None = None
+    best_makespan = np.inf
+    for rnd in range(1, max_rounds + 1):
         eff = nbytes + lat_eq + extra
         load = np.add.reduceat(eff[by_pair], first).astype(np.int64)
         row, col, w, lim = decompose.regularize(upair // ns, upair % ns, load, n)
@@ -114,9 +116,31 @@ def split_opt_units(
         size, short = decompose.fill_slots(
             parent, ehi - elo, nbytes, lat_eq, cut_eq, int(min_piece), int(align)
         )
+        units, order = _units_and_order(transfers, cost, parent, key, size)
+        _, end = list_schedule(order, units.client, units.ionode, units.durations, nc, ns)
+        stats = {
+            "phases": int(phases),
+            "rounds": rnd,
+            "bound": float(lim) / cost.bandwidth,
+            "overrun_bytes": int(short.sum()),
+        }
+        if float(end.max()) < best_makespan:
+            best, best_makespan = (units, order, stats), float(end.max())
         if not short.any():
             break
         extra += short + cut_eq  # room for the bytes that did not fit, and one more piece
+    assert best is not None
+    return best
+
+
+def _units_and_order(
+    transfers: TransferSet,
+    cost: CostModel,
+    parent: npt.NDArray[np.int64],
+    key: npt.NDArray[np.int64],
+    size: npt.NDArray[np.int64],
+) -> tuple[Units, npt.NDArray[np.int64]]:
+    """Units of the filled slots (sorted by transfer, then start) and their order by start."""
     used = size > 0
     parent, key, size = parent[used], key[used], size[used]
     offset = np.cumsum(size) - size
@@ -125,18 +149,13 @@ def split_opt_units(
     rank = np.empty(parent.size, dtype=np.int64)
     rank[np.lexsort((offset, parent, key))] = np.arange(parent.size)
     keep = decompose.merge_pieces(
-        parent, rank, transfers.client[parent], transfers.ionode[parent], nc, ns
-    )
+        parent, rank, transfers.client[parent], transfers.ionode[parent],
+        transfers.n_clients, transfers.n_ionodes,
+    )  # fmt: skip
     # a merged piece absorbs the pieces after it: sizes summed over each kept run
     run = np.cumsum(keep) - 1
     size = np.bincount(run, weights=size).astype(np.int64)
     parent, offset, rank = parent[keep], offset[keep], rank[keep]
     units = Units.from_pieces(transfers, cost, parent, offset, size)
     order = np.argsort(rank, kind="stable").astype(np.int64)
-    stats = {
-        "phases": int(phases),
-        "rounds": rounds,
-        "bound": float(lim) / cost.bandwidth,
-        "overrun_bytes": int(short.sum()),
-    }
-    return units, order, stats
+    return units, order
