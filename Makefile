@@ -37,6 +37,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/iorch bench schedulers --out out/bench
+	$(BIN)/iorch bench optimal --out out/bench-optimal
 	$(BIN)/iorch bench idg --out out/bench-idg
 	$(BIN)/iorch bench stage --out out/bench-stage
 

@@ -19,7 +19,9 @@ COST = orc.CostModel(network_bandwidth=1.0, disk_bandwidth=1.0, disk_latency=0.1
 def draw_all(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, p in orc.policies().items():
-        opts = {"block_size": 2} if p.default_block_size else {}
+        opts: dict[str, object] = {"block_size": 2} if p.default_block_size else {}
+        if "min_piece" in p.parameters:  # the example's transfers are a few bytes
+            opts["min_piece"] = 1
         plan = orc.schedule(EXAMPLE, name, cost=COST, seed=1, **opts)
         close(gantt(plan, path=out / f"gantt_{name}.png"))
     draw_interval_map(out)

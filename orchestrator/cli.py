@@ -83,6 +83,27 @@ def _progress() -> Progress:
     )
 
 
+def _options(items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as policy options: ints, floats, true/false, else text."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise PolicyError(f"--option must look like KEY=VALUE, got {item!r}")
+        value: object = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = value
+    return out
+
+
 @app.command("policies")
 def policies_cmd() -> None:
     """List the scheduling policies with their origin and options.
@@ -110,14 +131,19 @@ def schedule_cmd(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the plan as CSV here.")] = None,
     gantt: Annotated[Path | None, typer.Option(help="Draw a Gantt chart PNG here.")] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(help="Policy option KEY=VALUE, repeatable (e.g. min_piece=1048576)."),
+    ] = None,
 ) -> None:
     """Schedule a TransferSet with one policy; print makespan, lower bound and ratio.
 
-    Example: ``iorch schedule --transfers t.csv --policy ecf --out plan.csv --gantt plan.png``
+    Example: ``iorch schedule --transfers t.csv --policy split-opt --option min_piece=1048576``
     """
     try:
         ts = _load(transfers)
-        opts = {} if block_size is None else {"block_size": block_size}
+        opts: dict[str, object] = {} if block_size is None else {"block_size": block_size}
+        opts |= _options(option or [])
         plan = schedule(ts, policy, cost=_cost(cost), seed=seed, **opts)
         plan.validate()
         # both outputs or neither: each is written aside and renamed at the end
@@ -242,6 +268,70 @@ def bench_schedulers(
                 names, cm, n_large, budget, tests_dir, advance=partial(prog.advance, task)
             )
         _print_timings(tm, sizes, budget, tests_dir is not None)
+
+
+@bench_app.command("optimal")
+def bench_optimal(
+    quick: Annotated[bool, typer.Option(help="Fewer and smaller sets (a test runs this).")] = False,
+    seeds: Annotated[int, typer.Option(min=1, help="Instances per family point.")] = 1,
+    cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
+    exact_limit: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="Seconds CP-SAT may spend per set (default 10; 2 if quick)."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for optimal.csv and optimal.json.")] = Path(
+        "out/bench-optimal"
+    ),
+) -> None:
+    """Every policy against the lower bound and the CP-SAT optimum on the benchmark families.
+
+    Example: ``iorch bench optimal --quick --out out/opt``
+    """
+    from . import optbench
+
+    try:
+        cm = _cost(cost)
+    except USER_ERRORS as e:
+        raise _fail(str(e)) from None
+    limit = exact_limit if exact_limit is not None else (2.0 if quick else 10.0)
+    fams = optbench.families(quick, seeds)
+    console.print(
+        f"[bold]bench optimal[/]: cost model {cm.name}, {len(fams)} families, "
+        f"CP-SAT limit {limit:g} s; ratios are makespan ÷ lower bound (mean / worst)"
+    )
+    results = []
+    with _progress() as prog:
+        for fam in fams:
+            total = len(fam.makers) * len(optbench.POLICIES)
+            task = prog.add_task(f"family {fam.name}", total=total)
+            results.append(optbench.run_family(fam, cm, limit, advance=partial(prog.advance, task)))
+    summary = optbench.summarize(results)
+    t = Table(title=f"bench optimal ({cm.name} cost model)", title_justify="left")
+    for col in ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
+                "messages", "sched s"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("family", "policy") else "right")
+    last = None
+    for r in summary:
+        if last is not None and r["family"] != last:
+            t.add_section()
+        last = r["family"]
+        ex = r["ratio_exact_mean"]
+        t.add_row(
+            r["family"], r["policy"], str(r["instances"]), f"{r['ratio_mean']:.4f}",
+            f"{r['ratio_max']:.4f}", "-" if ex is None else f"{ex:.4f}", f"{r['pieces']:.0f}",
+            f"{r['messages']:.0f}", f"{r['scheduling_seconds']:.4f}",
+        )  # fmt: skip
+    console.print(t)
+    tg = optbench.targets(results)
+    tt = Table(title="targets", title_justify="left")
+    for col in ("target", "holds", "worst", "where"):
+        tt.add_column(col)
+    for name, v in tg.items():
+        tt.add_row(name, "yes" if v["ok"] else "NO", f"{v['worst']:.4f}", v["family"])
+    console.print(tt)
+    meta = {"cost": cm.to_dict(), "quick": quick, "seeds": seeds, "exact_limit": limit}
+    optbench.write_outputs(results, out, meta)
+    console.print(f"rows in {out / 'optimal.csv'}, summary and targets in {out / 'optimal.json'}")
 
 
 def _print_sweep(res: SweepResult) -> None:

@@ -42,10 +42,14 @@ def lower_bound(transfers: TransferSet, cost: CostModel) -> float:
 
 @dataclass(frozen=True, eq=False)
 class Units:
-    """What a policy orders: whole transfers, or fixed-size pieces of them.
+    """What a policy orders: whole transfers, or pieces of them.
 
-    Columns are indexed by unit id; pieces are numbered in (transfer,
-    offset) order. Build with :meth:`Units.of`.
+    Columns are indexed by unit id. ``split[u]`` says whether unit ``u`` is a
+    piece of a transfer that was cut (it then pays the cost model's
+    ``piece_overhead``). ``block_size`` is set for the fixed-size pieces of
+    block-splitting policies (every one of their pieces counts as split);
+    variable-size pieces (:meth:`from_pieces`) have ``block_size=None``.
+    Build with :meth:`Units.of` or :meth:`Units.from_pieces`.
     """
 
     parent: npt.NDArray[np.int64]
@@ -55,6 +59,12 @@ class Units:
     ionode: npt.NDArray[np.int64]
     durations: npt.NDArray[np.float64]
     block_size: int | None
+    split: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def __post_init__(self) -> None:
+        if self.split.size != self.parent.size:  # default: block pieces are all split
+            flag = np.full(self.parent.size, self.block_size is not None, dtype=bool)
+            object.__setattr__(self, "split", flag)
 
     @classmethod
     def of(cls, transfers: TransferSet, cost: CostModel, block_size: int | None = None) -> Units:
@@ -81,6 +91,61 @@ class Units:
             ionode=transfers.ionode[parent],
             durations=cost.duration(nbytes, split=block_size is not None),
             block_size=block_size,
+            split=np.full(parent.size, block_size is not None, dtype=bool),
+        )
+
+    @classmethod
+    def from_pieces(
+        cls,
+        transfers: TransferSet,
+        cost: CostModel,
+        parent: npt.ArrayLike,
+        offset: npt.ArrayLike,
+        nbytes: npt.ArrayLike,
+    ) -> Units:
+        """Units of variable-size pieces: piece ``u`` moves ``nbytes[u]`` bytes of
+        transfer ``parent[u]`` from byte ``offset[u]`` on.
+
+        Pieces of a transfer cut into several are ``split`` and pay the cost
+        model's ``piece_overhead``; a transfer given as one piece does not.
+        Whether the pieces tile their transfers is checked by
+        :meth:`Plan.validate`, not here.
+
+        Examples
+        --------
+        >>> from orchestrator import TransferSet, CostModel
+        >>> ts = TransferSet([0, 1], [0, 0], [5, 3])
+        >>> cm = CostModel(1.0, 1.0, piece_overhead=0.5)
+        >>> u = Units.from_pieces(ts, cm, [0, 0, 1], [0, 2, 0], [2, 3, 3])
+        >>> u.split.tolist(), u.durations.tolist()
+        ([True, True, False], [2.5, 3.5, 3.0])
+        """
+        p = np.ascontiguousarray(parent, dtype=np.int64)
+        n = np.ascontiguousarray(nbytes, dtype=np.int64)
+        split = np.bincount(p, minlength=len(transfers))[p] > 1
+        return cls(
+            parent=p,
+            offset=np.ascontiguousarray(offset, dtype=np.int64),
+            nbytes=n,
+            client=transfers.client[p],
+            ionode=transfers.ionode[p],
+            durations=cost.duration(n) + np.where(split, cost.piece_overhead, 0.0),
+            block_size=None,
+            split=split,
+        )
+
+    @property
+    def whole(self) -> bool:
+        """True when unit ``i`` is exactly transfer ``i`` (nothing was cut).
+
+        Examples
+        --------
+        >>> from orchestrator import TransferSet, CostModel
+        >>> Units.of(TransferSet([0], [0], [5]), CostModel(1.0, 1.0)).whole
+        True
+        """
+        return self.block_size is None and bool(
+            np.array_equal(self.parent, np.arange(self.parent.size)) and not self.split.any()
         )
 
 
@@ -118,6 +183,12 @@ class Plan:
     messages: int = 0
     kernel_seconds: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
+    #: ``exact``: relative gap ``(makespan - proven bound) / makespan`` of the solver
+    optimality_gap: float | None = None
+    #: ``exact``: whether the solver proved its plan optimal
+    proven_optimal: bool | None = None
+    #: ``auto``: the policy whose plan it returned
+    chosen_policy: str | None = None
 
     # ----------------------------------------------------------------- units
     @property
@@ -154,6 +225,39 @@ class Plan:
     def block_size(self) -> int | None:
         """Piece size of block-splitting policies, ``None`` for whole transfers."""
         return self.units.block_size
+
+    @property
+    def split(self) -> npt.NDArray[np.bool_]:
+        """Whether each unit is a piece of a cut transfer (and pays ``piece_overhead``)."""
+        return self.units.split
+
+    @property
+    def pieces(
+        self,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(parent, offset, nbytes)`` of every unit, in plan order: what dispatch executes.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> plan = orc.schedule(orc.TransferSet([0], [0], [5]), "uar", block_size=2)
+        >>> [a.tolist() for a in plan.pieces]
+        [[0, 0, 0], [4, 0, 2], [1, 2, 2]]
+        """
+        o = self.order
+        return self.parent[o], self.offset[o], self.nbytes[o]
+
+    @property
+    def n_pieces(self) -> int:
+        """Number of units that are pieces of cut transfers (0 when nothing is cut).
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> orc.schedule(orc.TransferSet([0], [0], [5]), "ecf").n_pieces
+        0
+        """
+        return int(self.split.sum())
 
     @property
     def n_units(self) -> int:
@@ -331,7 +435,17 @@ class Plan:
         if (~first[1:] & gap).any():
             i = int(parent[by][1:][~first[1:] & gap][0])
             raise PlanError(f"transfer {i}: pieces overlap or leave a gap")
-        expected = self.cost.duration(self.nbytes, split=self.block_size is not None)
+        if self.block_size is None:
+            cut = np.bincount(parent, minlength=len(ts))[parent] > 1
+            if not np.array_equal(cut, self.split):
+                u = int(np.argmax(cut != self.split))
+                raise PlanError(
+                    f"unit {u}: split flag {bool(self.split[u])} but its transfer "
+                    f"{parent[u]} is {'cut' if cut[u] else 'whole'}"
+                )
+        expected = self.cost.duration(self.nbytes) + np.where(
+            self.split, self.cost.piece_overhead, 0.0
+        )
         off = ~np.isclose(self.durations, expected, rtol=1e-12, atol=0.0)
         if off.any():
             u = int(np.argmax(off))
@@ -371,6 +485,7 @@ class Plan:
             "transfers": len(self.transfers),
             "units": self.n_units,
             "block_size": self.block_size,
+            "pieces": self.n_pieces,
             "makespan": self.makespan,
             "lower_bound": self.lower_bound,
             "ratio": self.ratio,
@@ -383,7 +498,7 @@ class Plan:
     def to_csv(self, path: str | os.PathLike[str]) -> None:
         """Write ``transfer,client,ionode,nbytes,start,end`` rows in plan order.
 
-        Block-splitting plans add an ``offset`` column (the piece's byte
+        Plans over pieces add an ``offset`` column (the piece's byte
         offset in its transfer).
 
         Examples
@@ -400,7 +515,7 @@ class Plan:
         header = ["transfer", "client", "ionode", "nbytes", "start", "end"]
         times = [self.start[o].tolist(), self.end[o].tolist()]
         rows: list[Any] = [c.tolist() for c in cols] + [[repr(t) for t in x] for x in times]
-        if self.block_size is not None:
+        if not self.units.whole:
             header.append("offset")
             rows.append(self.offset[o].tolist())
         _write_rows(path, header, zip(*rows, strict=True))

@@ -272,10 +272,10 @@ def _unit_ranges(staged: _Staged, plan: Plan) -> list[list[tuple[str, int, int, 
                     spec.dtype.str,
                 )
             )
-    if plan.block_size is None:
+    if plan.units.whole:
         return per_transfer
     out = []
-    for u in range(plan.n_units):  # a block of a transfer spans part of its pieces
+    for u in range(plan.n_units):  # a piece of a transfer spans part of its stripe pieces
         want0 = int(plan.offset[u])
         want1 = want0 + int(plan.nbytes[u])
         acc, rng = 0, []

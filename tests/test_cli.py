@@ -1,6 +1,7 @@
 """The real `iorch` console script, run as a user would."""
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator as orc
+from orchestrator import optbench
 
 IORCH = str(Path(sys.executable).with_name("iorch"))
 
@@ -68,7 +70,13 @@ def test_bench_schedulers_prints_ratios_and_writes_plots(tmp_path):
         assert (tmp_path / f"sweep_{name}.png").stat().st_size > 1000
     with open(tmp_path / "sweeps.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert {r["policy"] for r in rows} == set(orc.policies())
+    # the near-optimal policies have their own benchmark, `iorch bench optimal`
+    assert {r["policy"] for r in rows} == set(orc.policies()) - {
+        "split-opt",
+        "ecf-ls",
+        "exact",
+        "auto",
+    }
     assert all(float(r["makespan"]) >= float(r["lower_bound"]) * (1 - 1e-9) for r in rows)
 
 
@@ -95,6 +103,22 @@ def test_outputs_are_both_written_or_neither(tmp_path):
         (["--policy", "uar", "--block-size", "0"], "block_size must be a positive integer, got 0"),
         (["--cost", "broken.json"], "cost model is not valid JSON"),
         (["--cost", "partial.json"], "lacks required field(s) ['disk_bandwidth']"),
+        (
+            ["--policy", "split-opt", "--option", "min_piece=0"],
+            "min_piece must be an integer >= 1, got 0",
+        ),
+        (
+            ["--policy", "exact", "--option", "time_limit=-1"],
+            "time_limit must be a number > 0, got -1",
+        ),
+        (
+            ["--policy", "ecf-ls", "--option", "moves"],
+            "--option must look like KEY=VALUE, got 'moves'",
+        ),
+        (
+            ["--policy", "auto", "--option", "split=maybe"],
+            "split must be True or False, got 'maybe'",
+        ),
     ],
 )
 def test_schedule_bad_options_give_clear_errors(tmp_path, monkeypatch, args, message):
@@ -106,6 +130,49 @@ def test_schedule_bad_options_give_clear_errors(tmp_path, monkeypatch, args, mes
     assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
 
 
+def test_schedule_split_opt_with_options_writes_pieces_with_offsets(tmp_path):
+    t = tmp_path / "t.csv"
+    # split-opt cuts transfer 3 here (its decomposition needs two phases of that pair)
+    t.write_text("client,ionode,nbytes\n1,2,1000\n1,0,3000\n2,0,4000\n1,1,4000\n2,2,4000\n")
+    (tmp_path / "unit.json").write_text('{"network_bandwidth": 1, "disk_bandwidth": 1}')
+    out = tmp_path / "plan.csv"
+    run("schedule", "--transfers", str(t), "--policy", "split-opt", "--cost",
+        str(tmp_path / "unit.json"), "--option", "min_piece=1", "--option", "align=500",
+        "--out", str(out))  # fmt: skip
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    assert "offset" in rows[0]
+    assert all(int(r["offset"]) % 500 == 0 for r in rows)
+    assert [r["transfer"] for r in rows].count("3") == 2
+    assert max(float(r["end"]) for r in rows) == 8000.0  # the lower bound
+
+
 def test_bench_rejects_zero_seeds():
     p = run("bench", "schedulers", "--quick", "--seeds", "0", check=False)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "seeds" in p.stderr
+
+
+@pytest.mark.slow
+def test_bench_optimal_quick_prints_the_table_and_writes_csv_and_json(tmp_path):
+    p = run("bench", "optimal", "--quick", "--exact-limit", "1", "--out", str(tmp_path))
+    header = ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
+              "messages", "sched s")  # fmt: skip
+    for col in header:
+        assert col in p.stdout
+    fams = [f.name for f in optbench.families(quick=True)]
+    table_rows = [line for line in p.stdout.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in table_rows]
+    body = [c for c in cells if len(c) == len(header) and c[0] in fams]
+    assert {(c[0], c[1]) for c in body} >= {(f, q) for f in fams for q in optbench.POLICIES[:-1]}
+    for c in body:
+        assert float(c[3]) >= 1.0 - 1e-4 and float(c[4]) >= float(c[3]) - 1e-4
+    # the exact optimum is a column only where CP-SAT ran: the small sets have it
+    assert all(c[5] != "-" for c in body if c[0] == "small")
+    doc = json.loads((tmp_path / "optimal.json").read_text())
+    assert set(doc["targets"]) >= {"split-opt <= 1.01 LB", "auto <= 1.02 LB (dense)"}
+    assert all(isinstance(v["ok"], bool) for v in doc["targets"].values())
+    with open(tmp_path / "optimal.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["family"] for r in rows} == set(fams)
+    assert all(float(r["makespan"]) >= float(r["lower_bound"]) * (1 - 1e-9) for r in rows)
+    assert {r["policy"] for r in rows if r["family"] == "small"} == set(optbench.POLICIES)

@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.cost import CostModel
 from orchestrator.stage import StageError, verify, write_stage
 from orchestrator.storage import StorageError, get_backend
 
@@ -304,3 +305,20 @@ def test_contributions_already_on_workers_are_cut_where_they_live(cluster, tmp_p
 
     with pytest.raises(ContributionError, match="unique=True compares replica values"):
         write_stage(tmp_path / "u.h5", {"u": (spec, futs)}, cluster=cluster, unique=True)
+
+
+def test_split_opt_plan_of_variable_size_pieces_is_executed_exactly(cluster, tmp_path):
+    # zero latency: cutting always pays, so the plan really is over pieces of transfers
+    datasets, truth = _case(seed=2, interleaved=True)
+    target = tmp_path / "split.h5"
+    cm = CostModel(1.0, 1.0)
+    res = write_stage(target, datasets, policy="split-opt", cluster=cluster, cost=cm,
+                      stripe_bytes=2048, strategy="list", unique=True, min_piece=16)  # fmt: skip
+    plan = res.plan
+    assert plan.n_pieces > 0 and plan.n_units > len(plan.transfers)
+    assert plan.block_size is None and plan.makespan == pytest.approx(plan.lower_bound)
+    data = _read("hdf5", target)
+    assert np.array_equal(data["u"], truth)
+    assert np.array_equal(data["ids"], np.arange(3000, dtype=np.int32))
+    assert verify(target) == []
+    assert res.trace.nbytes.sum() == plan.transfers.total_bytes

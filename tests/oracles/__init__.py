@@ -18,10 +18,17 @@ from .decentralized import (
     random_ios_sequences,
     simulate,
 )
+from .exact import best_makespan
+from .localsearch import critical_path, improving_moves
 from .rng import SplitMix64
+from .splitopt import check_decomposition, check_pieces, preemptive_bound
 
 __all__ = [
     "SplitMix64",
+    "best_makespan",
+    "check_decomposition",
+    "check_pieces",
+    "critical_path",
     "ecf",
     "fcfs",
     "first_ios",
@@ -29,6 +36,7 @@ __all__ = [
     "hash_ios",
     "hash_ios_sequences",
     "hdf",
+    "improving_moves",
     "list_schedule",
     "lower_bound",
     "makespan",
@@ -37,6 +45,7 @@ __all__ = [
     "ms_ml",
     "mwm_check",
     "pair_weights",
+    "preemptive_bound",
     "rand",
     "random_ios",
     "random_ios_sequences",
