@@ -48,6 +48,7 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         slot_twin[pb] = pa
     nxt = np.empty(2 * n, dtype=np.int64)
     prv = np.empty(2 * n, dtype=np.int64)
+    run_end = np.empty(2 * n, dtype=np.int64)
     head = np.full(nn, -1, dtype=np.int64)
     for x in range(nn):
         lo, hi = cnt[x], cnt[x + 1]
@@ -56,7 +57,12 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         for p in range(lo, hi):
             nxt[p] = p + 1 if p + 1 < hi else -1
             prv[p] = p - 1 if p > lo else -1
-    return slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head
+        end = -1
+        for p in range(hi - 1, lo - 1, -1):
+            if p + 1 < hi and slot_d[p + 1] != slot_d[p]:
+                end = p + 1
+            run_end[p] = end
+    return slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head, run_end
 
 
 @njit(cache=True)
@@ -83,7 +89,8 @@ def _tree_set(tree, leaf0, i, value):
 
 
 @njit(cache=True)
-def _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min):
+def _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients,
+           side_min):  # fmt: skip
     """Slot of x's smallest (completion, id) unit among those it owns, or -1.
 
     x owns a unit when the other endpoint is free no later than x, so
@@ -94,8 +101,11 @@ def _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_
     units: a node earlier than all of the other side owns nothing.
 
     The cursor unit has the smallest d, but ``free[x] + d`` rounds, so units
-    just after it may complete at the same float time; those are scanned and
-    the lowest id kept, exactly as comparing completions would.
+    with a slightly larger d may complete at the same float time; those are
+    scanned and the lowest id kept, exactly as comparing completions would.
+    Units of the cursor's own d are skipped in one jump (``run_end``): they
+    come later in (d, id) order, so their ids are larger. Without the jump,
+    equal sizes made every offer scan its node's whole list.
     """
     fx = free[x]
     if fx < side_min[1 if x < n_clients else 0]:
@@ -110,7 +120,11 @@ def _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_
         return -1
     best = p
     key = fx + slot_d[p]
-    q = nxt[p]
+    # units of p's duration after it have larger ids (lists are in (d, id) order):
+    # jump past them, through slots already taken, which keep pointing forward
+    q = run_end[p]
+    while q != -1 and not alive[q]:
+        q = nxt[q]
     while q != -1 and fx + slot_d[q] == key:
         if slot_unit[q] < slot_unit[best] and free[slot_other[q]] <= fx:
             best = q
@@ -131,9 +145,10 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     """
     n = d.size
     nn = n_clients + n_ionodes
-    slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head = _node_lists(
+    slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head, run_end = _node_lists(
         client, ionode, d, n_clients, n_ionodes
     )
+    alive = np.ones(2 * n, dtype=np.bool_)
     # heap ids pack (unit, node): ties order by unit id, the node rides along
     shift = 1
     while (1 << shift) < nn:
@@ -159,7 +174,9 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     ids = np.empty(nn + 2 * n, dtype=np.int64)
     size = 0
     for x in range(nn):
-        p = _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min)
+        p = _offer(
+            x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients, side_min
+        )
         if p != -1:
             eid = (slot_unit[p] << shift) | x
             size = push(keys, ids, size, free[x] + slot_d[p], eid)
@@ -171,7 +188,9 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         x = eid & mask
         if last[x] != eid:
             continue  # superseded by a newer offer of x
-        p = _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min)
+        p = _offer(
+            x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients, side_min
+        )
         if p == -1:
             last[x] = -1
             continue
@@ -185,6 +204,8 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         y = slot_other[p]
         _unlink(x, p, nxt, prv, head)
         _unlink(y, slot_twin[p], nxt, prv, head)
+        alive[p] = False
+        alive[slot_twin[p]] = False
         free[x] = key
         free[y] = key
         a, b = (x, y) if x < n_clients else (y, x)
@@ -194,7 +215,19 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
         side_min[1] = stree[1]
         for z in (x, y):
             cursor[z] = head[z]
-            q = _offer(z, cursor, slot_unit, slot_d, slot_other, nxt, free, n_clients, side_min)
+            q = _offer(
+                z,
+                cursor,
+                slot_unit,
+                slot_d,
+                slot_other,
+                nxt,
+                run_end,
+                alive,
+                free,
+                n_clients,
+                side_min,
+            )
             if q == -1:
                 last[z] = -1
             else:
