@@ -23,7 +23,9 @@ def test_keeps_the_best_candidate_and_is_never_worse_than_ecf(cols):
     plan = orc.schedule(ts, "auto", cost=UNIT)
     plan.validate()
     cands = plan.options["candidates"]
-    assert plan.chosen_policy in cands and "ecf" in cands
+    assert plan.chosen_policy in cands
+    # ECF runs, unless MWM went first (equal sizes) and met the bound
+    assert "ecf" in cands or plan.makespan == pytest.approx(plan.lower_bound)
     totals = {p: c["makespan"] + c["scheduling_seconds"] for p, c in cands.items()}
     assert totals[plan.chosen_policy] == min(totals.values())
     assert plan.makespan == pytest.approx(cands[plan.chosen_policy]["makespan"])
@@ -45,6 +47,22 @@ def test_dense_sets_reach_the_bound_when_splitting_is_allowed():
     whole = orc.schedule(ts, "auto", cost=UNIT, split=False)
     assert whole.n_pieces == 0 and "split-opt" not in whole.options["candidates"]
     assert whole.makespan <= orc.schedule(ts, "ecf", cost=UNIT).makespan
+
+
+def test_equal_sizes_try_matchings_first():
+    c, s = np.meshgrid(np.arange(12), np.arange(12), indexing="ij")
+    ts = orc.TransferSet(c.ravel(), s.ravel(), np.full(144, 2**20))
+    plan = orc.schedule(ts, "auto", cost=UNIT)
+    assert plan.chosen_policy == "mwm" and plan.makespan == pytest.approx(plan.lower_bound)
+    assert set(plan.options["candidates"]) == {"mwm"}  # the bound is met: nothing else runs
+    assert "lower bound" in plan.options["skipped"]["ecf"]
+    assert orc.schedule(ts, "ecf", cost=UNIT).ratio > 1.3  # ECF would not have been enough
+    # 20 x 10: matchings miss the bound too, so ECF and the rest still run
+    c, s = np.meshgrid(np.arange(20), np.arange(10), indexing="ij")
+    ts = orc.TransferSet(c.ravel(), s.ravel(), np.full(200, 2**20))
+    plan = orc.schedule(ts, "auto", cost=UNIT)
+    assert {"mwm", "ecf"} <= set(plan.options["candidates"])
+    assert plan.makespan == pytest.approx(plan.lower_bound)  # split-opt reaches it
 
 
 @pytest.mark.parametrize(
