@@ -811,7 +811,9 @@ def cost_cmd(
 
 def _terminate(signum: int, frame: object) -> None:
     # scancel and batch systems stop jobs with SIGTERM: unwind like Ctrl-C, so
-    # a stage being written removes its temporary output instead of leaving it
+    # a stage being written removes its temporary output instead of leaving it;
+    # a second SIGTERM (scancel twice, then the time limit) must not cut that short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
 
 

@@ -53,7 +53,9 @@ ComputePerNodeOpt = Annotated[
 ]
 LocalDirOpt = Annotated[
     str | None,
-    typer.Option(help="Slurm: workers' scratch (spill) folder, e.g. node-local NVMe ($TMPDIR)."),
+    typer.Option(
+        help="Slurm: workers' scratch (spill) folder, e.g. node-local NVMe ('$TMPDIR', quoted)."
+    ),
 ]
 
 
@@ -161,6 +163,8 @@ def _script(
     run_args += args
     if not any(a == "--out" or a.startswith("--out=") for a in args):
         run_args += ["--out", f"out/{workflow}-$SLURM_JOB_ID"]
+    if "--help" in args:  # parsing would print the help into the script
+        raise SlurmError(f"see `iorch run {workflow} --help` for the workflow's options")
     try:  # parse (not run) the workflow's options now, not an hour later in the queue
         cmd.make_context(workflow, list(run_args))
     except Exception as e:  # a usage error (typer carries its own copy of click's classes)
@@ -202,7 +206,7 @@ Example: ``iorch slurm script bips3d --nodes 4 --io-nodes 1 -- --parts 64 > job.
 """
 _SUBMIT_HELP = """Write the batch script (as ``iorch slurm script``), submit it, print the job id.
 
-The script is kept as ``JOBNAME-JOBID.sbatch``; the partition is always checked.
+The script is kept as ``JOBNAME-JOBID.sbatch``; a --partition is always checked.
 
 Example: ``iorch slurm submit bips3d --nodes 4 --io-nodes 1 --partition debug -- --parts 64``
 """
@@ -248,10 +252,14 @@ def script_cmd(
     if job is None:
         sys.stdout.write(text)
         return
+    console.print(job)  # first: the job runs whatever happens to the copy below
     kept = Path(f"{job_name or 'iorch-' + workflow}-{job}.sbatch")
-    kept.write_text(text)
+    try:
+        kept.write_text(text)
+    except OSError as e:
+        err.print(f"submitted, but the script could not be kept in {kept}: {e}")
+        return
     err.print(f"submitted; script kept in {kept}; follow it with `iorch slurm status {job}`")
-    console.print(job)
 
 
 @slurm_app.command("status")

@@ -70,22 +70,27 @@ class SlurmUnreachable(SlurmError):
 
 # ---------------------------------------------------------------- host lists
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_HOSTCHARS = re.compile(r"[A-Za-z0-9._-]*")
 
 
 def expand_hostlist(spec: str) -> list[str]:
     """Expand a Slurm host list (``node[01-03,7],login1``) into host names.
 
     The same expansion as ``scontrol show hostnames`` (checked against it in
-    the tests): comma-separated items, each with any number of bracketed
-    range lists (``rack[1-2]-n[1-3]`` is their product, last bracket
-    fastest); a range keeps the zero padding of its lower bound.
+    the tests): items separated by commas or white space, each with any
+    number of bracketed range lists (``rack[1-2]-n[1-3]`` is their product,
+    last bracket fastest) and no text after the last one; a range keeps the
+    zero padding of its lower bound. Host names may hold ASCII letters,
+    digits, ``.``, ``_`` and ``-`` only — nothing else can reach a batch
+    script through a node list.
 
     Raises
     ------
     SlurmError
-        Unbalanced brackets, an empty item, or a bad range; the message
-        names the host list and the part.
+        Unbalanced brackets, an empty item, a bad range, text after a
+        bracket or another character; the message names the host list and
+        the part.
 
     Examples
     --------
@@ -106,7 +111,7 @@ def expand_hostlist(spec: str) -> list[str]:
             depth -= 1
             if depth < 0:
                 raise SlurmError(f"node list {spec!r}: ']' without '[' at position {i}")
-        elif ch == "," and depth == 0:
+        elif ch in ", \t" and depth == 0:
             items.append(spec[start:i])
             start = i + 1
     if depth:
@@ -114,21 +119,29 @@ def expand_hostlist(spec: str) -> list[str]:
     items.append(spec[start:])
     hosts: list[str] = []
     for item in items:
-        item = item.strip()
         if not item:
-            raise SlurmError(f"node list {spec!r}: empty host name between commas")
+            continue  # Slurm skips empty items (",," and runs of white space)
         parts = re.split(r"\[([^\]]*)\]", item)  # text, ranges, text, ranges, ..., text
+        if len(parts) > 1 and parts[-1]:
+            raise SlurmError(f"node list {spec!r}: text {parts[-1]!r} after ']' in {item!r}")
         choices: list[list[str]] = []
-        for k, part in enumerate(parts):
-            choices.append(_ranges(spec, part) if k % 2 else [part])
+        for j, part in enumerate(parts):
+            if j % 2 == 0 and not _HOSTCHARS.fullmatch(part):
+                raise SlurmError(
+                    f"node list {spec!r}: {part!r} holds a character other than letters, "
+                    "digits, '.', '_' and '-'"
+                )
+            choices.append(_ranges(spec, part) if j % 2 else [part])
         hosts.extend("".join(p) for p in product(*choices))
+    if not hosts:
+        raise SlurmError(f"node list {spec!r}: empty")
     return hosts
 
 
 def _ranges(spec: str, body: str) -> list[str]:
     out: list[str] = []
     for r in body.split(","):
-        m = _RANGE.match(r.strip())
+        m = _RANGE.fullmatch(r)
         if m is None:
             raise SlurmError(f"node list {spec!r}: bad range {r!r} in [{body}]")
         lo, hi = m.group(1), m.group(2) or m.group(1)
@@ -421,11 +434,14 @@ def allocation_cluster(
             steps.append(_srun(h, compute_per_node, "compute", base, address, threads, alloc,
                                share, local_directory))  # fmt: skip
             base += compute_per_node
+        client = None
         client = Client(address, timeout=timeout)
         want = roles.n_ionodes + len(roles.compute_hosts) * compute_per_node
         _wait_for(client, want, steps, timeout)
         found = _discover(client)
     except BaseException:
+        if client is not None:
+            client.close()
         owned.close()
         raise
     log.info("Slurm job %s: scheduler %s, %d I/O workers on %s, %d compute workers on %s",
@@ -439,8 +455,13 @@ def _srun(
     alloc: Allocation, share: int, local_directory: str | None,
 ) -> subprocess.Popen[bytes]:  # fmt: skip
     mem = alloc.mem_per_node_mb * 2**20 if alloc.mem_per_node_mb else None
+    node_cpus = dict(zip(alloc.nodes, alloc.cpus, strict=True))[host]
+    # each task gets its threads' CPUs where they fit (sites that bind tasks to
+    # cores would otherwise squeeze a compute worker onto one); more tasks than
+    # CPUs (I/O workers mostly wait on the disk) share them, overcommitted
+    cpus = [f"--cpus-per-task={threads}"] if ntasks * threads <= node_cpus else ["--overcommit"]
     argv = [
-        "srun", "--overlap", "--overcommit", "--kill-on-bad-exit=0", f"--job-name=iorch-{role}",
+        "srun", "--overlap", *cpus, "--kill-on-bad-exit=0", f"--job-name=iorch-{role}",
         "--nodes=1", f"--ntasks={ntasks}", f"--ntasks-per-node={ntasks}", f"--nodelist={host}",
         sys.executable, "-m", "orchestrator.plugins.slurm", "worker", address,
         f"--role={role}", f"--first={base}", f"--threads={threads}", f"--share={share}",
@@ -506,7 +527,8 @@ def _worker_main(argv: Sequence[str]) -> None:
 
 # ------------------------------------------------------------ batch scripts
 
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_TIME = re.compile(r"([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}")
+_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 def batch_script(
@@ -560,22 +582,28 @@ def batch_script(
     """
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise SlurmError(f"--nodes must be a positive integer, got {nodes!r}")
-    if not _TIME.match(time_limit):
+    if not isinstance(time_limit, str) or not _TIME.fullmatch(time_limit):
         raise SlurmError(
             f"--time {time_limit!r}: use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS (Slurm's forms)"
         )
     for name, val in (("--partition", partition), ("--account", account), ("--job-name", job_name)):
-        if val is not None and not re.fullmatch(r"[\w.+-]+", val):
+        if val is not None and not _NAME.fullmatch(val):
             raise SlurmError(f"{name} {val!r}: letters, digits and . _ + - only")
+    # one #SBATCH line each: white space or a line break would end the option
+    # or start a command of its own
+    for name, val in (("--output", output), *(("--sbatch", x) for x in extra_sbatch)):
+        if val is not None and (not val or re.search(r"[\x00-\x20\x7f]", val)):
+            raise SlurmError(f"{name} {val!r}: must be one word without spaces or line breaks")
     workdir = Path(workdir or Path.cwd()).resolve()
     bin_dir = Path(python_bin or Path(sys.executable).parent)
     out = output or f"{job_name}-%j.out"
     q = shlex.quote
+    origin = _one_line(origin)
     lines = [
         "#!/bin/bash",
         f"# Written by io-orchestrator{': ' + origin if origin else ''}",
         "# Submit with `sbatch <this file>` (or `iorch slurm submit`); check with `iorch slurm status`.",  # noqa: E501
-        *(f"# {n}" for n in notes),
+        *(f"# {_one_line(n)}" for n in notes),
         "#",
         "# (sbatch reads #SBATCH lines only before the first command)",
         f"#SBATCH --job-name={job_name}",
@@ -602,6 +630,7 @@ def batch_script(
         "# relative paths (the outputs) are taken from here: a folder every node sees",
         f"cd {q(str(workdir))}",
         "",
+        ': "${SLURM_JOB_ID:?this is a batch script: submit it with sbatch}"',
         'echo "job $SLURM_JOB_ID on $SLURM_JOB_NODELIST ($SLURM_JOB_NUM_NODES nodes)"',
         "# `--cluster slurm`: the Dask scheduler runs in this batch step; iorch starts the",
         "# I/O and compute workers with srun on the allocation's nodes and stops them at the",
@@ -613,10 +642,20 @@ def batch_script(
 
 
 def _quote_keep_vars(arg: str) -> str:
-    """Shell-quote ``arg`` but let ``$SLURM_JOB_ID`` in it expand."""
-    if "$SLURM_JOB_ID" in arg and re.fullmatch(r"[\w./${}-]+", arg):
-        return f'"{arg}"'
-    return shlex.quote(arg)
+    """Shell-quote ``arg``, letting only ``$SLURM_JOB_ID`` in it expand.
+
+    Examples
+    --------
+    >>> print(_quote_keep_vars("out/run-$SLURM_JOB_ID"), _quote_keep_vars("a b$HOME"))
+    out/run-"${SLURM_JOB_ID}" 'a b$HOME'
+    """
+    parts = arg.split("$SLURM_JOB_ID")
+    return '"${SLURM_JOB_ID}"'.join(shlex.quote(p) if p else "" for p in parts)
+
+
+def _one_line(text: str) -> str:
+    """``text`` safe inside a ``#`` comment line: line breaks shown, not obeyed."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _slurm_cmd(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
@@ -660,8 +699,11 @@ def submit(script: str, cwd: str | os.PathLike[str] | None = None) -> str:
     """
     if shutil.which("sbatch") is None:
         raise SlurmError("sbatch is not installed here: cannot submit")
-    r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True,
-                       cwd=cwd, timeout=60)  # fmt: skip
+    try:
+        r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True,
+                           text=True, cwd=cwd, timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SlurmUnreachable("sbatch did not answer within 60 s") from None
     if r.returncode != 0:
         raise SlurmError(f"sbatch refused the job: {r.stderr.strip()}")
     return r.stdout.strip().split(";")[0]
@@ -747,7 +789,7 @@ def jobqueue_cluster(
     queue: str | None = None,
     account: str | None = None,
     interface: str | None = "lo",
-    scheduler_host: str = LOOPBACK,
+    scheduler_host: str | None = None,
     job_script_prologue: Sequence[str] = (),
     timeout: float = 120.0,
     **job_kwargs: Any,
@@ -769,8 +811,10 @@ def jobqueue_cluster(
     interface : str, optional
         Network interface the workers listen on (``"lo"`` for one machine;
         ``"ib0"`` or ``None`` on a real cluster).
-    scheduler_host : str
-        Address the scheduler binds to.
+    scheduler_host : str, optional
+        Address the scheduler binds to: the worker jobs must reach it.
+        Default 127.0.0.1 with ``interface="lo"`` (one machine), else this
+        machine's host name.
     job_script_prologue : sequence of str
         Shell lines before the worker starts; this interpreter's ``bin`` is
         put on ``PATH`` first.
@@ -792,6 +836,8 @@ def jobqueue_cluster(
         raise SlurmError(f"need n_ionodes >= 1 and n_compute >= 0, got {n_ionodes}, {n_compute}")
     if queue is not None:
         check_partition(queue)
+    if scheduler_host is None:
+        scheduler_host = LOOPBACK if interface == "lo" else socket.gethostname()
     prologue = [f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH",
                 *job_script_prologue]  # fmt: skip
     common = {"cores": cores, "memory": memory, "walltime": walltime, "queue": queue,
@@ -807,11 +853,14 @@ def jobqueue_cluster(
     sched = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard": False,
                                            "dashboard_address": f"{scheduler_host}:0"}}  # fmt: skip
     cluster = SpecCluster(workers=workers, scheduler=sched, silence_logs=logging.WARNING)
+    client = None
     try:
         client = Client(cluster)
         client.wait_for_workers(n_ionodes + n_compute, timeout=timeout)
         found = _discover(client)
     except BaseException:
+        if client is not None:
+            client.close()
         cluster.close()
         raise
     return IOCluster(client, found[0], found[1], _owned=cluster)
@@ -867,8 +916,9 @@ def parsl_config(
 
     from orchestrator.intercept import SCHEDULER_ENV
 
-    if partition is not None and not re.fullmatch(r"[\w.+-]+", partition):
-        raise SlurmError(f"partition {partition!r}: letters, digits and . _ + - only")
+    for name, val in (("partition", partition), ("account", account)):
+        if val is not None and not _NAME.fullmatch(val):
+            raise SlurmError(f"{name} {val!r}: letters, digits and . _ + - only")
     init = (f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
             f"export {SCHEDULER_ENV}={shlex.quote(scheduler)}; {worker_init}")  # fmt: skip
     provider = SlurmProvider(

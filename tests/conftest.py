@@ -37,9 +37,11 @@ def slurm() -> Iterator[LocalSlurm]:
     s.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{s.env['PATH']}"
     try:
         s.start()
-    except SlurmUnavailable as e:
+    except BaseException as e:  # nothing started may outlive a failed start
         s.stop()
         shutil.rmtree(root, ignore_errors=True)
+        if not isinstance(e, SlurmUnavailable):
+            raise
         unavailable(str(e))
     try:
         yield s

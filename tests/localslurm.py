@@ -24,10 +24,42 @@ class SlurmUnavailable(RuntimeError):
     """This machine cannot run a local Slurm (the reason is the message)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 right now (held open together, then released)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def listening(pid: int) -> list[str]:
+    """Local addresses of the TCP sockets process ``pid`` listens on (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # state LISTEN
+                addr, port = f[1].split(":")
+                if table == "tcp":
+                    ip = ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
+                elif addr == "00000000000000000000000001000000":
+                    ip = "::1"
+                else:
+                    ip = f"[{addr}]"
+                out.append(f"{ip}:{int(port, 16)}")
+    return out
 
 
 def unavailable_reason() -> str | None:
@@ -41,6 +73,13 @@ def unavailable_reason() -> str | None:
         pwd.getpwnam("munge")
     except KeyError:
         return "no 'munge' user (package munge not installed)"
+    # NoInAddrAny binds the daemons to what this host's name resolves to
+    try:
+        me = socket.gethostbyname(socket.gethostname())
+    except OSError as e:
+        return f"this host's name does not resolve ({e})"
+    if not me.startswith("127."):
+        return f"this host's name resolves to {me}, not loopback: the daemons would listen there"
     if not Path("/etc/munge/munge.key").exists():
         return "no /etc/munge/munge.key"
     return None
@@ -64,6 +103,7 @@ class LocalSlurm:
         for d in ("state", "spool", "log", "run"):
             (r / d).mkdir(parents=True, exist_ok=True)
         mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        ports = _free_ports(2)
         cpus = os.cpu_count() or 1
         self.conf.write_text(
             f"""# written by tests/localslurm.py
@@ -74,8 +114,8 @@ AuthType=auth/munge
 AuthInfo=socket={r}/munge/munge.socket
 # bind every daemon and srun to the resolved address (127.0.0.1), not to all interfaces
 CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={ports[0]}
+SlurmdPort={ports[1]}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -119,6 +159,10 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime=INFINITE Stat
         self._spawn("slurmctld", [self._exe("slurmctld"), "-D"], logs / "slurmctld.out")
         self._spawn("slurmd", [self._exe("slurmd"), "-D", "-N", "localhost"], logs / "slurmd.out")
         self._wait(self._idle, timeout, "node localhost idle in sinfo")
+        for name, p in self.procs.items():
+            wide = [a for a in listening(p.pid) if not a.startswith(("127.", "::1:"))]
+            if wide:
+                raise SlurmUnavailable(f"{name} listens beyond loopback: {wide}")
 
     def _spawn(self, name: str, argv: list[str], log: Path, user: str | None = None) -> None:
         with open(log, "wb") as out:
@@ -181,14 +225,17 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime=INFINITE Stat
 
     def stop(self) -> None:
         """Cancel every job, stop the daemons by PID, kill leftovers of jobs."""
-        if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
-            self.run(["scancel", "--full", "--user", "root"], check=False)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                q = self.run(["squeue", "-h", "-o", "%i"], check=False)
-                if q.returncode != 0 or not q.stdout.strip():
-                    break
-                time.sleep(0.3)
+        try:
+            if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
+                self.run(["scancel", "--full", "--user", "root"], check=False)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    q = self.run(["squeue", "-h", "-o", "%i"], check=False)
+                    if q.returncode != 0 or not q.stdout.strip():
+                        break
+                    time.sleep(0.3)
+        except (subprocess.TimeoutExpired, OSError):
+            pass  # the daemons go below all the same
         for name in ("slurmd", "slurmctld", "munged"):
             p = self.procs.pop(name, None)
             if p is None:
@@ -207,7 +254,11 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime=INFINITE Stat
                 pass
 
     def __enter__(self) -> LocalSlurm:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
