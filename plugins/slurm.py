@@ -206,7 +206,14 @@ class Allocation:
         else:
             cpus = (os.cpu_count() or 1,) * len(nodes)
         mem = env.get("SLURM_MEM_PER_NODE")
-        return cls(job, nodes, cpus, int(mem) if mem and mem.isdigit() else None)
+        per_cpu = env.get("SLURM_MEM_PER_CPU")  # jobs submitted with --mem-per-cpu
+        if mem and mem.isdigit():
+            mem_mb: int | None = int(mem)
+        elif per_cpu and per_cpu.isdigit():
+            mem_mb = int(per_cpu) * min(cpus)  # the smallest node's share bounds every node
+        else:
+            mem_mb = None
+        return cls(job, nodes, cpus, mem_mb)
 
     @property
     def single_host(self) -> bool:
@@ -333,15 +340,20 @@ class _SrunWorkers:
             self.cluster.close()
         except Exception as e:
             log.debug("closing the scheduler failed: %s", e)
-        for p, wait in ((p, 15.0) for p in self.steps):
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None and p.poll() is None:
+        # one deadline for all steps, then SIGTERM to every step still there, then SIGKILL
+        for sig, grace in ((None, 15.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            alive = [p for p in self.steps if p.poll() is None]
+            if not alive:
+                break
+            for p in alive:
+                if sig is not None:
                     p.send_signal(sig)
+            deadline = time.monotonic() + grace
+            for p in alive:
                 try:
-                    p.wait(wait)
-                    break
+                    p.wait(max(deadline - time.monotonic(), 0.01))
                 except subprocess.TimeoutExpired:
-                    wait = 10.0
+                    pass
 
 
 async def _terminate_nannies(address: str) -> None:

@@ -90,6 +90,8 @@ def test_allocation_from_env() -> None:
     assert a == Allocation("7", ("c1", "c2", "c3"), (36, 36, 12), 4000)
     assert not a.single_host
     assert Allocation.from_env({}) is None
+    per_cpu = {k: v for k, v in env.items() if k != "SLURM_MEM_PER_NODE"}
+    assert Allocation.from_env({**per_cpu, "SLURM_MEM_PER_CPU": "1000"}).mem_per_node_mb == 12000
     with pytest.raises(SlurmError, match="3 nodes"):
         Allocation.from_env({**env, "SLURM_JOB_CPUS_PER_NODE": "36(x2)"})
     with pytest.raises(SlurmError, match="SLURM_JOB_NODELIST"):
