@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,44 @@ def skewed_set(kind: str, n: int = 2000, seed: int = 0) -> TransferSet:
     return TransferSet(client, ionode, nbytes, 64, 16)
 
 
+@cache
+def _mesh_case(parts: int) -> Any:
+    from .workflows.bips3d import default_mesh, load_case
+
+    mesh = default_mesh()
+    if mesh is not None and mesh.exists():
+        return load_case(mesh, parts=parts)
+    return load_case(nodes=32_888, parts=parts)  # the real mesh's size, generated
+
+
+def mesh_dump_set(
+    parts: int, method: str, load: int = 100, n_ionodes: int = 4, stripe_bytes: int = MiB
+) -> TransferSet:
+    """The TransferSet of the BIPS3D mesh dump (``iorch run bips3d``) without running it.
+
+    The real BIPS3D mesh when this machine has it (else a generated one of
+    its size), ``parts`` METIS partitions, halo 1, rows assigned by
+    ``method`` (metis, first, random, idg), ``load`` float64 values per
+    node, ``list`` strategy over ``n_ionodes`` I/O nodes with stripes of
+    ``stripe_bytes`` — what the stage schedules in ``make demo``.
+
+    Examples
+    --------
+    >>> ts = mesh_dump_set(8, "idg")  # doctest: +SKIP
+    >>> ts.n_clients, ts.n_ionodes  # doctest: +SKIP
+    (8, 4)
+    """
+    from .contributions import DatasetSpec
+    from .layout import StripeLayout, derive_transfers
+    from .replicas import assign
+
+    case = _mesh_case(parts)
+    writer = assign(case.replicas, case.partition, method)
+    spec = DatasetSpec("u", (case.n_nodes, load), "float64")
+    st = derive_transfers(spec, writer, StripeLayout(n_ionodes, stripe_bytes), "list", parts)
+    return st.transfers
+
+
 def small_set(seed: int) -> TransferSet:
     """10 transfers among 4 clients × 3 I/O nodes, 1–8 MiB: CP-SAT proves these optimal.
 
@@ -130,6 +168,11 @@ def families(quick: bool = False, seeds: int = 1) -> list[Family]:
     k = 2 if quick else 8
     makers = tuple(partial(small_set, sd) for sd in range(k * seeds))
     out.append(Family("small", "10 transfers, 4×3, 1–8 MiB", makers, exact=True))
+    if not quick:  # deterministic: one instance per (parts, method), whatever --seeds says
+        for method in ("metis", "idg"):
+            makers = tuple(partial(mesh_dump_set, k, method) for k in (8, 64))
+            what = f"BIPS3D mesh dump, {method} assignment, 8 and 64 partitions, 4 I/O nodes"
+            out.append(Family(f"mesh-{method}", what, makers))
     return out
 
 

@@ -176,3 +176,19 @@ def test_bench_optimal_quick_prints_the_table_and_writes_csv_and_json(tmp_path):
     assert {r["family"] for r in rows} == set(fams)
     assert all(float(r["makespan"]) >= float(r["lower_bound"]) * (1 - 1e-9) for r in rows)
     assert {r["policy"] for r in rows if r["family"] == "small"} == set(optbench.POLICIES)
+
+
+def test_mesh_dump_family_is_what_the_stage_schedules():
+    """The mesh-dump family's sets cover the dump's bytes, one transfer per (partition, I/O node)."""
+    from orchestrator.optbench import _mesh_case, families, mesh_dump_set
+
+    case = _mesh_case(8)
+    for method in ("metis", "idg"):
+        ts = mesh_dump_set(8, method, load=10)
+        assert (ts.n_clients, ts.n_ionodes) == (8, 4)
+        assert int(ts.nbytes.sum()) == case.n_nodes * 10 * 8  # every row written once
+        pairs = set(zip(ts.client.tolist(), ts.ionode.tolist(), strict=True))
+        assert len(pairs) == len(ts)  # list I/O: one transfer per pair
+    names = [f.name for f in families(quick=False)]
+    assert "mesh-idg" in names and "mesh-metis" in names
+    assert not any(n.startswith("mesh-") for n in (f.name for f in families(quick=True)))
