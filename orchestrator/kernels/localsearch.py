@@ -38,6 +38,12 @@ def _evaluate(order, client, ionode, d, cfree, sfree):
 
 
 @njit(cache=True)
+def _better(mk, tot, best_mk, best_tot):
+    """A shorter makespan, or the same one with a smaller sum of end times (past rounding)."""
+    return mk < best_mk * (1.0 - 1e-12) or (mk <= best_mk and tot < best_tot * (1.0 - 1e-12))
+
+
+@njit(cache=True)
 def _critical_path(order, client, ionode, d, n_clients, n_ionodes):
     """Units of a critical path, last first."""
     n = order.size
@@ -131,18 +137,14 @@ def improve(order, client, ionode, d, n_clients, n_ionodes, max_evals, window=64
                         # the critical predecessor: also try moving it after u
                         evals += 1
                         mk, tot = _try(cur, cand, k, b, v, False, client, ionode, d, cfree, sfree)
-                        if mk < best_mk * (1.0 - 1e-12) or (
-                            mk <= best_mk and tot < best_tot * (1.0 - 1e-12)
-                        ):
+                        if _better(mk, tot, best_mk, best_tot):
                             found = True
                             break
                         if evals >= max_evals:
                             break
                     evals += 1
                     mk, tot = _try(cur, cand, k, b, u, True, client, ionode, d, cfree, sfree)
-                    if mk < best_mk * (1.0 - 1e-12) or (
-                        mk <= best_mk and tot < best_tot * (1.0 - 1e-12)
-                    ):
+                    if _better(mk, tot, best_mk, best_tot):
                         found = True
                         break
                 k -= 1
