@@ -420,11 +420,14 @@ def write_stage(
         os.rename(tmp, target)
         fsync_path(target.parent)
     except BaseException:
+        # remove first: under a batch system SIGKILL follows SIGTERM within
+        # seconds, and releasing the writers waits on workers that may be dying
+        remove_path(tmp)
         try:
             cl.client.run(_drop_writers, tmp.name, wait=True)
         except Exception as err:  # cleanup must not hide the original error
             log.warning("could not release writers of %s: %s", tmp.name, err)
-        remove_path(tmp)
+        remove_path(tmp)  # again: a writer still busy may have recreated part of it
         raise
     finally:
         if own:
