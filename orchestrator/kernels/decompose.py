@@ -22,6 +22,8 @@ is exact: no float drift in the phase lengths.
 import numpy as np
 from numba import njit
 
+from .groups import group_by
+
 
 @njit(cache=True)
 def regularize(row, col, w, n):
@@ -168,16 +170,7 @@ def bvn(row, col, w, n, lim, n_real):
     matrix is not regular.
     """
     m = w.size
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    for e in range(m):
-        ptr[row[e] + 1] += 1
-    for r in range(n):
-        ptr[r + 1] += ptr[r]
-    adj = np.empty(m, dtype=np.int64)
-    fill = ptr[:-1].copy()
-    for e in range(m):
-        adj[fill[row[e]]] = e
-        fill[row[e]] += 1
+    adj, ptr = group_by(row, n)  # each row's edges: adj[ptr[r]:ptr[r + 1]]
     rem = w.copy()
     mate_r = np.full(n, -1, dtype=np.int64)
     mate_c = np.full(n, -1, dtype=np.int64)
