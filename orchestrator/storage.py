@@ -20,6 +20,7 @@ from .layout import StripeLayout
 
 __all__ = [
     "Backend",
+    "PieceChecksums",
     "StorageError",
     "WholeStripeWriter",
     "Writer",
@@ -46,20 +47,85 @@ def stripe_checksum(data: bytes | memoryview) -> str:
     return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
 
+class PieceChecksums:
+    """Stripe checksums folded from the CRC-32s of the pieces written, in any order.
+
+    The I/O node checksums each piece from the bytes it writes; a stripe's
+    CRC-32 is the fold of its pieces in byte order (:mod:`orchestrator.kernels.crc`),
+    equal to ``zlib.crc32`` of the whole stripe, so nothing is read back.
+
+    Examples
+    --------
+    >>> sums = PieceChecksums({"u": 8})
+    >>> sums.add("u", 4, b"efgh"); sums.add("u", 0, b"abcd"); sums.add("u", 8, b"ij")
+    >>> sums.result() == {("u", 0): stripe_checksum(b"abcdefgh"), ("u", 8): stripe_checksum(b"ij")}
+    True
+    """
+
+    def __init__(self, stripe_bytes: dict[str, int]) -> None:
+        self.stripe_bytes = stripe_bytes
+        self.pieces: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+
+    def add(self, dataset: str, offset: int, data: bytes | memoryview) -> None:
+        """Checksum ``data``, bytes ``[offset, offset + len(data))`` of ``dataset``."""
+        self.add_crc(dataset, offset, len(data), zlib.crc32(data))
+
+    def add_crc(self, dataset: str, offset: int, nbytes: int, crc: int) -> None:
+        """Record a piece by its CRC-32 (bytes written by someone else, e.g. fill values)."""
+        sb = self.stripe_bytes[dataset]
+        k = offset // sb
+        if nbytes and (offset + nbytes - 1) // sb != k:
+            raise StorageError(f"{dataset}: piece at byte {offset} (+{nbytes}) crosses a stripe")
+        self.pieces.setdefault((dataset, k * sb), []).append((offset, nbytes, crc))
+
+    def result(self) -> dict[tuple[str, int], str]:
+        """``(dataset, stripe offset) -> CRC-32`` of every stripe touched; pieces must tile it."""
+        import numpy as np
+
+        from .kernels import crc
+
+        out = {}
+        for (name, start), pieces in self.pieces.items():
+            pieces.sort()
+            at = start
+            for off, n, _ in pieces:
+                if off != at:
+                    raise StorageError(f"{name}: stripe at byte {start} has a gap or an "
+                                       f"overlap at byte {at}")  # fmt: skip
+                at += n
+            value = crc.fold(np.array([p[2] for p in pieces], dtype=np.uint32),
+                             np.array([p[1] for p in pieces], dtype=np.int64))  # fmt: skip
+            out[(name, start)] = f"{int(value):08x}"
+        return out
+
+
 class Writer(ABC):
-    """Worker-side writer of one stage on one I/O node."""
+    """Worker-side writer of one stage on one I/O node.
+
+    The engine hands it pieces in plan order (:meth:`put`), ends each batch
+    (:meth:`end_batch`), then :meth:`flush` es and asks for the
+    :meth:`checksums` of the stripes it wrote, computed from the bytes as
+    they were written — no read-back.
+    """
 
     @abstractmethod
     def put(self, dataset: str, offset: int, data: memoryview) -> None:
         """Accept bytes ``[offset, offset + len(data))`` of ``dataset``."""
+
+    def end_batch(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """The batch is over; its buffers may be reused after this returns."""
 
     @abstractmethod
     def flush(self) -> None:
         """Write anything buffered and make it durable (fsync)."""
 
     @abstractmethod
-    def read(self, dataset: str, offset: int, nbytes: int) -> bytes:
-        """Read back bytes of ``dataset`` from the (temporary) target, after :meth:`flush`."""
+    def checksums(self) -> dict[tuple[str, int], str]:
+        """``(dataset, stripe offset) -> CRC-32`` of the stripes written, after :meth:`flush`."""
+
+    @abstractmethod
+    def add_checksum(self, dataset: str, offset: int, nbytes: int, crc: int) -> None:
+        """Bytes of a stripe someone else wrote (fill values of missing rows)."""
 
     @abstractmethod
     def release(self) -> None:
@@ -81,14 +147,26 @@ class WholeStripeWriter(Writer):
     def __init__(self, meta: dict[str, dict[str, Any]]) -> None:
         self.meta = meta
         self.buffers: dict[tuple[str, int], tuple[Any, list[int]]] = {}
+        self.sums: dict[tuple[str, int], str] = {}
 
     @abstractmethod
     def store(self, name: str, k: int, rows: Any) -> None:
         """Write stripe ``k`` of dataset ``name`` (its rows, complete)."""
 
-    @abstractmethod
-    def load(self, name: str, r0: int, r1: int) -> Any:
-        """Rows ``r0 .. r1 - 1`` of ``name`` as stored (for read-back)."""
+    def _store(self, name: str, k: int, rows: Any) -> None:
+        import numpy as np
+
+        # the stripe's logical bytes, as verify reads them back
+        self.sums[(name, k * self.meta[name]["stripe_bytes"])] = stripe_checksum(
+            np.ascontiguousarray(rows).reshape(-1).view(np.uint8)
+        )
+        self.store(name, k, rows)
+
+    def checksums(self) -> dict[tuple[str, int], str]:
+        return dict(self.sums)
+
+    def add_checksum(self, dataset: str, offset: int, nbytes: int, crc: int) -> None:
+        """Nothing to record: stripes are stored padded with the fill value, and checksummed."""
 
     def _stripe(self, name: str, k: int) -> tuple[Any, list[int]]:
         import numpy as np
@@ -116,20 +194,11 @@ class WholeStripeWriter(Writer):
             filled[0] += n
             pos += n
             if filled[0] == flat.size:
-                self.store(dataset, k, self.buffers.pop((dataset, k))[0])
+                self._store(dataset, k, self.buffers.pop((dataset, k))[0])
 
     def flush(self) -> None:
         for name, k in list(self.buffers):
-            self.store(name, k, self.buffers.pop((name, k))[0])
-
-    def read(self, dataset: str, offset: int, nbytes: int) -> bytes:
-        import numpy as np
-
-        rb = self.meta[dataset]["row_bytes"]
-        r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
-        raw = np.ascontiguousarray(self.load(dataset, r0, r1)).reshape(-1).view(np.uint8)
-        skip = offset - r0 * rb
-        return bytes(raw[skip : skip + nbytes])
+            self._store(name, k, self.buffers.pop((name, k))[0])
 
 
 def stripe_meta(spec: DatasetSpec, layout: StripeLayout) -> dict[str, Any]:

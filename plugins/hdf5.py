@@ -21,7 +21,14 @@ import numpy as np
 from orchestrator.contributions import DatasetSpec
 from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
-from orchestrator.storage import Backend, StorageError, WholeStripeWriter, Writer, stripe_meta
+from orchestrator.storage import (
+    Backend,
+    PieceChecksums,
+    StorageError,
+    WholeStripeWriter,
+    Writer,
+    stripe_meta,
+)
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
@@ -32,42 +39,76 @@ def _set_attrs(f: Any, manifest: dict[str, Any]) -> None:
         (f[where] if where else f).attrs.update(attrs)
 
 
-class HDF5Writer(Writer):
+class _PositionedWriter(Writer):
+    """Positioned writes into one file descriptor, checksummed piece by piece as written.
+
+    With ``aggregate`` (two-phase), a batch's pieces are gathered and written
+    at the end of the batch as contiguous runs, in file order; memory stays
+    bounded by the batch.
+    """
+
+    def __init__(self, fd: int, stripe_bytes: dict[str, int], aggregate: bool) -> None:
+        self.fd = fd
+        self.sums = PieceChecksums(stripe_bytes)
+        self.aggregate = aggregate
+        self.pending: list[tuple[int, memoryview]] = []
+
+    def position(self, dataset: str, offset: int) -> int:
+        """Byte position in the file of byte ``offset`` of ``dataset``."""
+        raise NotImplementedError
+
+    def put(self, dataset: str, offset: int, data: memoryview) -> None:
+        self.sums.add(dataset, offset, data)
+        pos = self.position(dataset, offset)
+        if self.aggregate:
+            self.pending.append((pos, data))
+        else:
+            _pwrite_all(self.fd, data, pos)
+
+    def end_batch(self) -> None:
+        if not self.pending:
+            return
+        self.pending.sort(key=lambda p: p[0])
+        run_start, chunks, at = self.pending[0][0], [self.pending[0][1]], 0
+        at = run_start + len(chunks[0])
+        for pos, blob in self.pending[1:]:
+            if pos == at:
+                chunks.append(blob)
+                at += len(blob)
+                continue
+            _pwrite_all(self.fd, _joined(chunks), run_start)
+            run_start, chunks, at = pos, [blob], pos + len(blob)
+        _pwrite_all(self.fd, _joined(chunks), run_start)
+        self.pending.clear()
+
+    def flush(self) -> None:
+        self.end_batch()
+        os.fsync(self.fd)
+
+    def checksums(self) -> dict[tuple[str, int], str]:
+        return self.sums.result()
+
+    def add_checksum(self, dataset: str, offset: int, nbytes: int, crc: int) -> None:
+        self.sums.add_crc(dataset, offset, nbytes, crc)
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+def _joined(chunks: list[memoryview]) -> memoryview:
+    return chunks[0] if len(chunks) == 1 else memoryview(b"".join(chunks))
+
+
+class HDF5Writer(_PositionedWriter):
     """Positioned writes into one HDF5 file; optionally aggregating contiguous runs."""
 
     def __init__(self, info: dict[str, Any], aggregate: bool) -> None:
         self.path = info["path"]
         self.offsets: dict[str, int] = info["offsets"]
-        self.fd = os.open(self.path, os.O_RDWR)
-        self.aggregate = aggregate
-        self.pending: list[tuple[int, bytes]] = []
+        super().__init__(os.open(self.path, os.O_RDWR), info["stripe_bytes"], aggregate)
 
-    def put(self, dataset: str, offset: int, data: memoryview) -> None:
-        pos = self.offsets[dataset] + offset
-        if self.aggregate:
-            self.pending.append((pos, bytes(data)))
-        else:
-            _pwrite_all(self.fd, data, pos)
-
-    def flush(self) -> None:
-        if self.pending:  # two-phase: write the gathered pieces as contiguous runs
-            self.pending.sort()
-            run_start, chunks = self.pending[0][0], [self.pending[0][1]]
-            for pos, blob in self.pending[1:]:
-                if pos == run_start + sum(len(c) for c in chunks):
-                    chunks.append(blob)
-                    continue
-                _pwrite_all(self.fd, memoryview(b"".join(chunks)), run_start)
-                run_start, chunks = pos, [blob]
-            _pwrite_all(self.fd, memoryview(b"".join(chunks)), run_start)
-            self.pending.clear()
-        os.fsync(self.fd)
-
-    def read(self, dataset: str, offset: int, nbytes: int) -> bytes:
-        return os.pread(self.fd, nbytes, self.offsets[dataset] + offset)
-
-    def release(self) -> None:
-        os.close(self.fd)
+    def position(self, dataset: str, offset: int) -> int:
+        return self.offsets[dataset] + offset
 
 
 def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
@@ -101,7 +142,8 @@ class HDF5Backend(Backend):
                 dsid = h5py.h5d.create(f.id, spec.name.encode(), tid, space, dcpl=dcpl)
                 offsets[spec.name] = int(dsid.get_offset())
                 dsid.close()
-        return {"path": str(tmp), "offsets": offsets}
+        stripes = {s.name: lay.stripe_bytes for s, lay in zip(specs, layouts, strict=True)}
+        return {"path": str(tmp), "offsets": offsets, "stripe_bytes": stripes}
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         return HDF5Writer(info, aggregate)
@@ -152,31 +194,19 @@ class HDF5Backend(Backend):
         return {name: f[name] for name in f if isinstance(f[name], h5py.Dataset)}
 
 
-class SubfileWriter(Writer):
+class SubfileWriter(_PositionedWriter):
     """Positioned writes into this I/O node's own subfile (no shared file needed)."""
 
-    def __init__(self, info: dict[str, Any], ionode: int) -> None:
+    def __init__(self, info: dict[str, Any], ionode: int, aggregate: bool = False) -> None:
         self.n = info["n_ionodes"]
         self.stripe: dict[str, int] = info["stripe_bytes"]
         self.base: dict[str, int] = info["offsets"][ionode]
-        self.fd = os.open(info["subfiles"][ionode], os.O_RDWR)
+        super().__init__(os.open(info["subfiles"][ionode], os.O_RDWR), self.stripe, aggregate)
 
-    def _local(self, dataset: str, offset: int) -> int:
+    def position(self, dataset: str, offset: int) -> int:
         sb = self.stripe[dataset]
         j, inner = divmod(offset, sb)
         return self.base[dataset] + (j // self.n) * sb + inner
-
-    def put(self, dataset: str, offset: int, data: memoryview) -> None:
-        _pwrite_all(self.fd, data, self._local(dataset, offset))
-
-    def flush(self) -> None:
-        os.fsync(self.fd)
-
-    def read(self, dataset: str, offset: int, nbytes: int) -> bytes:
-        return os.pread(self.fd, nbytes, self._local(dataset, offset))
-
-    def release(self) -> None:
-        os.close(self.fd)
 
 
 class ChunkedSubfileWriter(WholeStripeWriter):
@@ -198,10 +228,6 @@ class ChunkedSubfileWriter(WholeStripeWriter):
     def store(self, name: str, k: int, rows: Any) -> None:
         local = self._local(name, k * self.meta[name]["rows_per_stripe"])
         self.file[name][local : local + rows.shape[0]] = rows
-
-    def load(self, name: str, r0: int, r1: int) -> Any:
-        local = self._local(name, r0)  # read-back is per stripe, so r0..r1 is in one stripe
-        return self.file[name][local : local + (r1 - r0)]
 
     def flush(self) -> None:
         super().flush()
@@ -304,7 +330,7 @@ class HDF5SubfileBackend(HDF5Backend):
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         if info["compression"] is not None:
             return ChunkedSubfileWriter(info, ionode)
-        return SubfileWriter(info, ionode)
+        return SubfileWriter(info, ionode, aggregate)
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles.

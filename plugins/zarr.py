@@ -47,9 +47,6 @@ class ZarrWriter(WholeStripeWriter):
         r0 = k * self.meta[name]["rows_per_stripe"]
         self.arrays[name][r0 : r0 + rows.shape[0]] = rows
 
-    def load(self, name: str, r0: int, r1: int) -> Any:
-        return self.arrays[name][r0:r1]
-
     def release(self) -> None:
         self.arrays.clear()
 

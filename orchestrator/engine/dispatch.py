@@ -1,0 +1,288 @@
+"""Dispatch: the effects on the stage's side — place contributions, start writers, watch.
+
+The plan becomes a :class:`~orchestrator.engine.program.Program` (pure);
+each I/O worker gets its part and runs :func:`~orchestrator.engine.worker.run_ionode`
+as one task. This module only submits, watches, aborts and collects; it is
+the one place in the core that talks to Dask's client API for a stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..cluster import IOCluster
+from ..contributions import Contribution, DatasetSpec
+from ..layout import StageTransfers
+from ..plan import Plan
+from .program import Program, build_program, unit_ranges
+from .trace import Trace
+from .worker import abort, busy, run_ionode
+
+__all__ = ["DEFAULT_WINDOW", "StageError", "dispatch", "fill_pieces", "stripes_of"]
+
+log = logging.getLogger("orchestrator.engine")
+
+#: bytes an I/O worker may hold (fetching, fetched or being written) at once
+DEFAULT_WINDOW = 128 << 20
+
+
+class StageError(RuntimeError):
+    """A stage could not complete; its temporary output has been removed."""
+
+
+@dataclass(frozen=True, eq=False)
+class Staged:
+    """The stage's datasets, cut into transfers (one TransferSet over all of them)."""
+
+    specs: list[DatasetSpec]
+    parts: list[StageTransfers]
+    first_transfer: list[int]  # first global transfer index of each dataset
+
+
+def stripes_of(staged: Staged, n_ionodes: int) -> list[list[tuple[int, int, int]]]:
+    """Per I/O node, the ``(dataset index, offset, nbytes)`` of every stripe it owns.
+
+    Examples
+    --------
+    >>> from orchestrator.layout import StripeLayout, derive_transfers
+    >>> spec = DatasetSpec("u", (5,), "int64")
+    >>> part = derive_transfers(spec, np.zeros(5, np.int64), StripeLayout(2, 16))
+    >>> stripes_of(Staged([spec], [part], [0]), 2)
+    [[(0, 0, 16), (0, 32, 8)], [(0, 16, 16)]]
+    """
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(n_ionodes)]
+    for d, (spec, part) in enumerate(zip(staged.specs, staged.parts, strict=True)):
+        lay = part.layout
+        for k in range(lay.stripes(spec.nbytes)):
+            off = k * lay.stripe_bytes
+            out[k % lay.n_ionodes].append((d, off, min(lay.stripe_bytes, spec.nbytes - off)))
+    return out
+
+
+def fill_pieces(
+    d: int, spec: DatasetSpec, stripe_bytes: int, missing: np.ndarray
+) -> list[tuple[int, int, int, int]]:
+    """``(dataset, offset, nbytes, crc)`` of the fill-value bytes of ``missing`` rows, per stripe.
+
+    Examples
+    --------
+    >>> fill_pieces(0, DatasetSpec("u", (4,), "int64"), 16, np.array([1, 2]))
+    [(0, 8, 8, 0), (0, 16, 8, 0)]
+    """
+    if missing.size == 0:
+        return []
+    pattern = np.full(spec.row_shape, spec.fill_value, dtype=spec.dtype).reshape(-1).view(np.uint8)
+    rb = spec.row_bytes
+    breaks = np.flatnonzero(np.diff(missing) != 1) + 1
+    out = []
+    for run in np.split(missing, breaks):
+        b0, b1 = int(run[0]) * rb, (int(run[-1]) + 1) * rb
+        while b0 < b1:
+            end = min(b1, (b0 // stripe_bytes + 1) * stripe_bytes)
+            skip = b0 % rb
+            reps = -(-(skip + end - b0) // rb)
+            data = np.tile(pattern, reps)[skip : skip + end - b0]
+            out.append((d, b0, end - b0, zlib.crc32(data)))
+            b0 = end
+    return out
+
+
+def _place(
+    cl: IOCluster,
+    datasets: Mapping[str, tuple[DatasetSpec, Sequence[Any]]],
+    remote: Mapping[tuple[str, int], Any],
+) -> tuple[dict[tuple[int, int], Any], list[str], np.ndarray]:
+    """Every contribution as a future on a worker: ``(dataset, client) -> future``, the
+    source addresses, and ``source[d, c]`` (index into them)."""
+    client = cl.client
+    futures: dict[tuple[int, int], Any] = {}
+    local: list[tuple[tuple[int, int], Contribution]] = []
+    n_clients = 0
+    for d, (name, (_, contribs)) in enumerate(datasets.items()):
+        for con in contribs:
+            n_clients = max(n_clients, con.client + 1)
+            if (name, con.client) in remote:  # already on a worker: cut it where it is
+                futures[(d, con.client)] = remote[(name, con.client)]
+            else:
+                local.append(((d, con.client), con))
+    by_worker: dict[str, list[tuple[tuple[int, int], Contribution]]] = {}
+    for dc, con in local:
+        by_worker.setdefault(cl.compute_worker(dc[1]), []).append((dc, con))
+    for addr, items in by_worker.items():
+        # a list, not the objects: scatter treats dicts and tuples specially
+        futs = client.scatter([c for _, c in items], workers=[addr], hash=False)
+        futures.update({dc: f for (dc, _), f in zip(items, futs, strict=True)})
+    where = client.who_has(list(futures.values()))
+    addrs = sorted({a for holders in where.values() for a in holders})
+    source = np.zeros((len(datasets), max(n_clients, 1)), dtype=np.int64)
+    for dc, f in futures.items():
+        holders = where.get(f.key) or ()
+        if not holders:
+            raise StageError(f"contribution of client {dc[1]} is on no worker (lost?)")
+        source[dc] = addrs.index(sorted(holders)[0])
+    return futures, addrs, source
+
+
+def program_of(
+    staged: Staged, plan: Plan, n_ionodes: int, source: np.ndarray, batch_bytes: int,
+    first_batch_bytes: int,
+) -> Program:  # fmt: skip
+    """The stage's :class:`Program` (pure: see :mod:`orchestrator.engine.program`)."""
+    pd, po, pn, pt, pc = [], [], [], [], []
+    for d, (part, base) in enumerate(zip(staged.parts, staged.first_transfer, strict=True)):
+        pd.append(np.full(part.n_pieces, d, dtype=np.int64))
+        po.append(part.piece_offset)
+        pn.append(part.piece_nbytes)
+        pt.append(part.piece_transfer + base)
+        pc.append(part.piece_client)
+    ranges, ptr = unit_ranges(
+        np.concatenate(pd), np.concatenate(po), np.concatenate(pn), np.concatenate(pt),
+        np.concatenate(pc), len(plan.transfers), plan.parent, plan.offset, plan.nbytes,
+    )  # fmt: skip
+    return build_program(ranges, ptr, plan.order, plan.ionode, plan.start, source, n_ionodes,
+                         stripes_of(staged, n_ionodes), batch_bytes=batch_bytes,
+                         first_batch_bytes=first_batch_bytes)  # fmt: skip
+
+
+def dispatch(
+    cl: IOCluster,
+    fmt: str,
+    info: dict[str, Any],
+    staged: Staged,
+    plan: Plan,
+    datasets: Mapping[str, tuple[DatasetSpec, Sequence[Any]]],
+    remote: Mapping[tuple[str, int], Any],
+    aggregate: bool,
+    fills: Sequence[tuple[int, int, int, int]] = (),
+    window: int = DEFAULT_WINDOW,
+    batch_bytes: int | None = None,
+) -> tuple[Trace, dict[str, str]]:
+    """Run the plan on the I/O workers; return the trace and the stripe checksums.
+
+    Each I/O worker executes its units in plan order, fetching the next
+    batches (at most ``window`` bytes held) while it writes. On any failure
+    the writers are stopped before this raises :class:`StageError`, so
+    nothing writes into the temporary output afterwards.
+    """
+    if window < 1:
+        raise StageError(f"window must be >= 1 byte, got {window}")
+    batch = batch_bytes or max(1, window // 4)
+    futures, addrs, source = _place(cl, datasets, remote)
+    program = program_of(staged, plan, cl.n_ionodes, source, batch, min(batch, 2 << 20))
+    names = [s.name for s in staged.specs]
+    row_bytes = [s.row_bytes for s in staged.specs]
+    dtypes = [s.dtype.str for s in staged.specs]
+    stripes_on = {(d, off): s for s, node in enumerate(program.nodes) for d, off, _ in node.stripes}
+    node_fills: list[list[tuple[int, int, int, int]]] = [[] for _ in program.nodes]
+    for piece in fills:
+        sb = staged.parts[piece[0]].layout.stripe_bytes
+        node_fills[stripes_on[(piece[0], piece[1] // sb * sb)]].append(piece)
+    keys = {dc: f.key for dc, f in futures.items()}
+    writers = []
+    for s, node in enumerate(program.nodes):
+        used = {
+            (d, c)
+            for b in node.batches
+            for d, c in zip(b.ranges.dataset.tolist(), b.ranges.client.tolist(), strict=True)
+        }
+        mine = {dc: k for dc, k in keys.items() if dc in used}  # fmt: skip
+        writers.append(cl.client.submit(
+            run_ionode, fmt, info, node, names, mine, addrs, program.priority[s], row_bytes,
+            dtypes, aggregate, window, node_fills[s], resources={f"io-{s}": 1}, pure=False,
+        ))  # fmt: skip
+    try:
+        _wait_watching(cl, writers)
+        results = cl.client.gather(writers)
+    except BaseException:
+        stop(cl, info["token"])
+        raise
+    finally:
+        for f in writers:
+            f.release()
+        for f in futures.values():
+            if f.key not in {r.key for r in remote.values()}:
+                f.release()
+    sums: dict[str, str] = {}
+    for r in results:
+        sums.update(r["checksums"])
+    _complete_fill_only(staged, program, fills, sums)
+    return Trace.from_results(results, plan.n_units), sums
+
+
+def _complete_fill_only(
+    staged: Staged, program: Program, fills: Sequence[tuple[int, int, int, int]],
+    sums: dict[str, str],
+) -> None:  # fmt: skip
+    """Stripes no piece touched hold only fill values: their checksum is the fills' fold."""
+    from ..kernels import crc
+
+    for node in program.nodes:
+        for d, off, n in node.stripes:
+            name = staged.specs[d].name
+            if f"{name}:{off}" in sums:
+                continue
+            mine = sorted(p for p in fills if p[0] == d and off <= p[1] < off + n)
+            if sum(p[2] for p in mine) != n:
+                raise StageError(f"{name}: stripe at byte {off} was not written by any I/O node")
+            value = crc.fold(np.array([p[3] for p in mine], dtype=np.uint32),
+                             np.array([p[2] for p in mine], dtype=np.int64))  # fmt: skip
+            sums[f"{name}:{off}"] = f"{int(value):08x}"
+
+
+def stop(cl: IOCluster, token: str, timeout: float = 30.0) -> None:
+    """Tell the stage's writer loops to stop and wait (bounded) until none runs."""
+    try:
+        cl.client.run(abort, token)
+        deadline = time.monotonic() + timeout
+        while sum(cl.client.run(busy, token).values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Exception as err:  # cleanup must not hide the original error
+        log.warning("could not stop the writers of %s: %s", token, err)
+
+
+def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None:
+    """Wait for ``futures``; fail fast if an I/O worker disappears or a task errs."""
+    from distributed import wait
+
+    start_workers = set(cl.ionodes)
+    pending = list(futures)
+    while pending:
+        try:
+            # wait() asks for a default client; a Parsl worker has none
+            with cl.client.as_current():
+                done, not_done = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = {f for f in pending if f.done()}
+            not_done = {f for f in pending if not f.done()}
+        for f in done:
+            if f.status == "error":
+                exc = f.exception()
+                raise StageError(f"dispatch failed: {type(exc).__name__}: {exc}") from exc
+        pending = list(not_done)
+        if not pending:
+            break
+        lost = start_workers - _live_workers(cl)
+        if lost:  # ask again: a worker is lost only if it is gone twice in a row
+            time.sleep(poll)
+            lost &= start_workers - _live_workers(cl)
+        if lost:
+            names = ", ".join(f"io-{cl.ionodes.index(a)} ({a})" for a in sorted(lost))
+            raise StageError(
+                f"I/O worker {names} died during dispatch; the stage was aborted and its "
+                "temporary output removed"
+            )
+
+
+def _live_workers(cl: IOCluster) -> set[str]:
+    """Addresses of the workers the scheduler knows now (a fresh query, not the client cache)."""
+    # Client.scheduler_info() returns a cache that a background refresh may
+    # replace with one that lists no workers; ask the scheduler directly.
+    identity = cl.client.sync(cl.client.scheduler.identity, n_workers=-1)
+    return set(identity.get("workers", {}))

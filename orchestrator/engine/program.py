@@ -1,0 +1,272 @@
+"""The pure core of dispatch: a plan becomes per-I/O-node instructions.
+
+Nothing here touches Dask, files or the network; everything is plain
+arrays, so the tests drive it with hypothesis and no cluster (as
+``distributed.worker_state_machine`` is driven without a worker).
+
+A stage's bytes are *ranges*: ``(dataset, offset, nbytes)`` of one client's
+contribution, inside one stripe of one I/O node. Each unit of the plan moves
+an ordered list of ranges (the pieces of its transfer, or the part of them
+a block-splitting policy cut out). :func:`build_program` walks every I/O
+node's units in plan order and cuts that stream of ranges into **batches**:
+a batch is what the I/O worker fetches at once and then writes in order. The
+first batches are small so writing starts early, later ones grow to
+``batch_bytes``; a range is split where a batch ends, so no batch exceeds
+its limit and an I/O worker's memory is bounded by its window whatever the
+stage's size. Within a batch, the ranges held by one *source* (the worker
+holding the contributions) form one **cut**: one task there copies them into
+one buffer, which Dask moves to the I/O worker in one message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Batch", "Cut", "NodeProgram", "Program", "Ranges", "build_program", "unit_ranges"]
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class Ranges:
+    """Columns of byte ranges: dataset index, client, byte offset in the dataset, length, unit."""
+
+    dataset: I64
+    client: I64
+    offset: I64
+    nbytes: I64
+    unit: I64
+
+    def __len__(self) -> int:
+        return int(self.offset.size)
+
+    def take(self, idx: npt.NDArray[np.intp] | slice) -> Ranges:
+        """The ranges at ``idx`` (an index array or a slice)."""
+        return Ranges(self.dataset[idx], self.client[idx], self.offset[idx], self.nbytes[idx],
+                      self.unit[idx])  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class Cut:
+    """Ranges one source copies into one buffer, in buffer order (a task on that worker)."""
+
+    source: int
+    ranges: Ranges
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cut's buffer."""
+        return int(self.ranges.nbytes.sum())
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """What an I/O worker fetches at once, then writes range by range in plan order.
+
+    ``ranges`` are in write order; range ``i`` is bytes
+    ``[pos[i], pos[i] + nbytes[i])`` of the buffer of ``cuts[cut[i]]``.
+    """
+
+    ionode: int
+    index: int
+    ranges: Ranges
+    cut: I64
+    pos: I64
+    cuts: tuple[Cut, ...]
+    planned_start: float
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch."""
+        return int(self.ranges.nbytes.sum())
+
+
+@dataclass(frozen=True, eq=False)
+class NodeProgram:
+    """Everything one I/O worker does, in order: its batches and its stripes."""
+
+    ionode: int
+    batches: tuple[Batch, ...]
+    #: ``(dataset index, stripe offset, stripe bytes)`` of every stripe this I/O node owns
+    stripes: tuple[tuple[int, int, int], ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this I/O node writes."""
+        return sum(b.nbytes for b in self.batches)
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """The per-I/O-node programs of one stage, and the ranks that order cuts across them."""
+
+    nodes: tuple[NodeProgram, ...]
+    #: ``priority[s][b]``: rank of batch ``b`` of I/O node ``s`` by planned start, over all
+    #: I/O nodes (0 = earliest); cut tasks run in this order on the sources
+    priority: tuple[tuple[int, ...], ...]
+
+    @property
+    def n_batches(self) -> int:
+        """Batches over all I/O nodes."""
+        return sum(len(n.batches) for n in self.nodes)
+
+
+def unit_ranges(
+    piece_dataset: I64,
+    piece_offset: I64,
+    piece_nbytes: I64,
+    piece_transfer: I64,
+    piece_client: I64,
+    n_transfers: int,
+    parent: I64,
+    unit_offset: I64,
+    unit_nbytes: I64,
+) -> tuple[Ranges, I64]:
+    """The ranges every unit moves, and ``ptr`` such that unit ``u`` has ranges ``ptr[u]:ptr[u+1]``.
+
+    A transfer's bytes are its pieces in byte order; unit ``u`` is bytes
+    ``[unit_offset[u], unit_offset[u] + unit_nbytes[u])`` of its parent
+    transfer's bytes (the whole transfer when it is not split).
+
+    Examples
+    --------
+    >>> r, ptr = unit_ranges(*[np.array(x) for x in ([0, 0], [0, 100], [10, 10], [0, 0], [3, 3])],
+    ...                      1, np.array([0, 0]), np.array([0, 5]), np.array([5, 15]))
+    >>> r.offset.tolist(), r.nbytes.tolist(), ptr.tolist()
+    ([0, 5, 100], [5, 5, 10], [0, 1, 3])
+    """
+    order = np.lexsort((piece_offset, piece_dataset, piece_transfer))
+    tr, nb = piece_transfer[order], piece_nbytes[order]
+    t_bytes = np.bincount(tr, weights=nb, minlength=n_transfers).astype(np.int64)
+    t_base = np.concatenate(([0], np.cumsum(t_bytes)[:-1])).astype(np.int64)
+    # pieces tile [0, total) when laid out transfer after transfer
+    p_end = np.cumsum(nb).astype(np.int64)
+    p_start = p_end - nb
+    u_start = t_base[parent] + unit_offset
+    u_end = u_start + unit_nbytes
+    first = np.searchsorted(p_end, u_start, side="right")
+    last = np.searchsorted(p_start, u_end, side="left")
+    count = np.maximum(last - first, 0)
+    ptr = np.concatenate(([0], np.cumsum(count))).astype(np.int64)
+    unit = np.repeat(np.arange(parent.size, dtype=np.int64), count)
+    piece = first[unit] + (np.arange(unit.size) - ptr[unit])
+    lo = np.maximum(p_start[piece], u_start[unit])
+    hi = np.minimum(p_end[piece], u_end[unit])
+    src = order[piece]
+    ranges = Ranges(
+        dataset=piece_dataset[src].astype(np.int64),
+        client=piece_client[src].astype(np.int64),
+        offset=(piece_offset[src] + (lo - p_start[piece])).astype(np.int64),
+        nbytes=(hi - lo).astype(np.int64),
+        unit=unit,
+    )
+    return ranges, ptr
+
+
+def _split_batches(nbytes: Sequence[int], first: int, limit: int) -> list[tuple[int, int, int]]:
+    """Cut a stream of ranges into batches: ``(range index, start byte, end byte)`` triples.
+
+    Batch ``k`` holds at most ``min(limit, first * 2**k)`` bytes (at least 1).
+    """
+    out: list[tuple[int, int, int]] = []
+    cap = max(1, min(first, limit))
+    room = cap
+    for i, n in enumerate(nbytes):
+        done = 0
+        while done < n:
+            take = min(n - done, room)
+            out.append((i, done, done + take))
+            done += take
+            room -= take
+            if room == 0:
+                out.append((-1, 0, 0))  # batch boundary
+                cap = min(limit, cap * 2)
+                room = cap
+    return out
+
+
+def build_program(
+    ranges: Ranges,
+    ptr: I64,
+    order: I64,
+    ionode: I64,
+    planned_start: npt.NDArray[np.float64],
+    source: npt.NDArray[np.int64],
+    n_ionodes: int,
+    stripes: Sequence[Sequence[tuple[int, int, int]]],
+    batch_bytes: int = 32 << 20,
+    first_batch_bytes: int = 2 << 20,
+) -> Program:
+    """Per I/O node, its units in plan order cut into batches of cuts.
+
+    Parameters
+    ----------
+    ranges, ptr
+        From :func:`unit_ranges`.
+    order
+        The plan's order (a permutation of unit ids).
+    ionode, planned_start
+        Per unit: its I/O node and its planned start (list scheduling).
+    source
+        ``source[d, c]``: index of the worker holding client ``c``'s
+        contribution to dataset ``d``.
+    stripes
+        Per I/O node, the ``(dataset, offset, nbytes)`` stripes it owns.
+    batch_bytes, first_batch_bytes
+        Largest batch, and the first one (batches double up to the largest).
+
+    Examples
+    --------
+    >>> r, ptr = unit_ranges(*[np.array(x) for x in ([0, 0], [0, 8], [8, 8], [0, 1], [0, 1])],
+    ...                      2, np.array([0, 1]), np.array([0, 0]), np.array([8, 8]))
+    >>> prog = build_program(r, ptr, np.array([1, 0]), np.array([0, 0]), np.array([1.0, 0.0]),
+    ...                      np.array([[0, 1]]), 1, [[(0, 0, 16)]], batch_bytes=8,
+    ...                      first_batch_bytes=8)
+    >>> [b.ranges.unit.tolist() for b in prog.nodes[0].batches]
+    [[1], [0]]
+    """
+    if batch_bytes < 1 or first_batch_bytes < 1:
+        raise ValueError(f"batch sizes must be >= 1, got {batch_bytes}, {first_batch_bytes}")
+    nodes: list[NodeProgram] = []
+    starts: list[tuple[float, int, int]] = []
+    counts = np.diff(ptr)
+    for s in range(n_ionodes):
+        units = order[ionode[order] == s]
+        idx = (np.repeat(ptr[units], counts[units]) +
+               (np.arange(int(counts[units].sum())) -
+                np.repeat(np.cumsum(counts[units]) - counts[units], counts[units])))  # fmt: skip
+        stream = ranges.take(idx.astype(np.intp))
+        pieces = _split_batches(stream.nbytes.tolist(), first_batch_bytes, batch_bytes)
+        batches: list[Batch] = []
+        group: list[tuple[int, int, int]] = []
+        for item in [*pieces, (-1, 0, 0)]:
+            if item[0] >= 0:
+                group.append(item)
+                continue
+            if not group:
+                continue
+            sel = np.array([g[0] for g in group], dtype=np.intp)
+            lo = np.array([g[1] for g in group], dtype=np.int64)
+            hi = np.array([g[2] for g in group], dtype=np.int64)
+            part = stream.take(sel)
+            part = Ranges(part.dataset, part.client, part.offset + lo, hi - lo, part.unit)
+            src = source[part.dataset, part.client]
+            cuts, cut_of, pos = [], np.empty(len(part), np.int64), np.empty(len(part), np.int64)
+            for j, w in enumerate(np.unique(src).tolist()):
+                mine = np.flatnonzero(src == w)
+                cut_of[mine] = j
+                pos[mine] = np.concatenate(([0], np.cumsum(part.nbytes[mine])[:-1]))
+                cuts.append(Cut(int(w), part.take(mine)))
+            t0 = float(planned_start[part.unit].min())
+            starts.append((t0, s, len(batches)))
+            batches.append(Batch(s, len(batches), part, cut_of, pos, tuple(cuts), t0))
+            group = []
+        nodes.append(NodeProgram(s, tuple(batches), tuple(tuple(x) for x in stripes[s])))
+    rank: list[list[int]] = [[0] * len(n.batches) for n in nodes]
+    for r, (_, s, b) in enumerate(sorted(starts)):
+        rank[s][b] = r
+    return Program(tuple(nodes), tuple(tuple(x) for x in rank))

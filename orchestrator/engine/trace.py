@@ -1,0 +1,84 @@
+"""What dispatch really did: when each unit was written, by whom, and when each I/O node flushed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Trace"]
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """One row per executed unit, in the order each I/O node wrote them (seconds from start).
+
+    ``start``/``end`` span the writes of the unit's bytes; ``flush_start`` /
+    ``flush_end`` (one per I/O node) the final flush (fsync) that makes
+    them durable. Times are wall-clock seconds since the first write began.
+    """
+
+    unit: npt.NDArray[np.int64]
+    ionode: npt.NDArray[np.int64]
+    start: npt.NDArray[np.float64]
+    end: npt.NDArray[np.float64]
+    nbytes: npt.NDArray[np.int64]
+    worker: list[str]
+    flush_start: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    flush_end: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def makespan(self) -> float:
+        """Seconds from the first write to the last byte durable (the end of the last flush).
+
+        Examples
+        --------
+        >>> t = Trace(np.array([0]), np.array([0]), np.array([0.0]), np.array([1.0]),
+        ...           np.array([8]), ["w"], np.array([1.0]), np.array([1.5]))
+        >>> t.makespan
+        1.5
+        """
+        if not self.end.size:
+            return 0.0
+        last = max(float(self.end.max()), float(self.flush_end.max()) if self.flush_end.size
+                   else 0.0)  # fmt: skip
+        return last - float(self.start.min())
+
+    def ionode_sequence(self, ionode: int) -> npt.NDArray[np.int64]:
+        """Units I/O node ``ionode`` wrote, in the order it started them."""
+        mine = np.flatnonzero(self.ionode == ionode)
+        return self.unit[mine[np.argsort(self.start[mine], kind="stable")]]
+
+    @classmethod
+    def from_results(cls, results: Sequence[dict[str, Any]], n_units: int) -> Trace:
+        """Merge the writer loops' per-range rows into one row per unit."""
+        rows = []
+        for r in results:
+            if not r["unit"].size:
+                continue
+            u = r["unit"]
+            # ranges of one unit are consecutive in write order (a unit is never interleaved)
+            head = np.concatenate(([True], u[1:] != u[:-1]))
+            idx = np.flatnonzero(head)
+            ends = np.concatenate((idx[1:], [u.size])) - 1
+            rows.append((u[idx], np.full(idx.size, r["ionode"]), r["start"][idx],
+                         r["end"][ends], np.add.reduceat(r["nbytes"], idx),
+                         [r["worker"]] * idx.size))  # fmt: skip
+        flush = np.array([r["flush"] for r in results]) if results else np.zeros((0, 2))
+        if not rows:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
+                       np.zeros(0, np.int64), [], np.zeros(0), np.zeros(0))  # fmt: skip
+        t0 = min(float(r[2].min()) for r in rows)
+        return cls(
+            unit=np.concatenate([r[0] for r in rows]).astype(np.int64),
+            ionode=np.concatenate([r[1] for r in rows]).astype(np.int64),
+            start=np.concatenate([r[2] for r in rows]) - t0,
+            end=np.concatenate([r[3] for r in rows]) - t0,
+            nbytes=np.concatenate([r[4] for r in rows]).astype(np.int64),
+            worker=[w for r in rows for w in r[5]],
+            flush_start=flush[:, 0] - t0,
+            flush_end=flush[:, 1] - t0,
+        )
