@@ -105,8 +105,44 @@ class IOCluster:
             size = self.client.submit(len, blob, workers=[dst], pure=False)
             size.result()
             best = min(best, time.perf_counter() - t0)
-            self.client.cancel([blob, size])  # synchronous: nothing stays on the workers
+            # release, not cancel: cancelling a key together with its dependent
+            # trips an assertion in the scheduler (stimulus_cancel, ts.who_wants)
+            size.release()
+            blob.release()
         return nbytes / best
+
+    def ingest_bandwidth(self, nbytes: int = 256 << 20, pieces: int = 4) -> float:
+        """Bytes/s of moving ``nbytes`` from the compute workers into all I/O workers at once.
+
+        Every I/O worker pulls its share (``pieces`` arrays, from the compute
+        workers in turn) concurrently, with no write: the worker-to-worker
+        copy rate of this cluster under load, which bounds any dispatch that
+        moves a stage's bytes between processes (on one machine, the CPU
+        time of the copies; across machines, the network).
+
+        Examples
+        --------
+        >>> with local_cluster(2, 1) as cl:  # doctest: +SKIP
+        ...     cl.ingest_bandwidth(64 << 20) > 1e7
+        True
+        """
+        import numpy as np
+        from distributed import wait
+
+        n_io = self.n_ionodes
+        size = max(1, nbytes // (n_io * pieces))
+        blobs = [[self.client.submit(np.ones, size, np.uint8, pure=False,
+                                     workers=[self.compute_worker(s * pieces + j)])
+                  for j in range(pieces)] for s in range(n_io)]  # fmt: skip
+        wait([b for bs in blobs for b in bs])
+        t0 = time.perf_counter()
+        sinks = [self.client.submit(_total_nbytes, *bs, workers=[self.ionodes[s]], pure=False)
+                 for s, bs in enumerate(blobs)]  # fmt: skip
+        moved = sum(self.client.gather(sinks))
+        seconds = time.perf_counter() - t0
+        for f in [*sinks, *(b for bs in blobs for b in bs)]:
+            f.release()
+        return moved / seconds
 
     def worker_pids(self) -> dict[str, int]:
         """PID of every worker process, by address (to stop one for real in tests)."""
@@ -126,16 +162,23 @@ class IOCluster:
         self.close()
 
 
+def _total_nbytes(*arrays: Any) -> int:
+    return sum(int(a.nbytes) for a in arrays)
+
+
 def local_cluster(
     n_ionodes: int = 4,
     n_compute: int = 2,
     memory_limit: str = "2GiB",
     threads_per_compute: int = 1,
+    compute_memory: str | int | None = None,
 ) -> IOCluster:
     """Start the embedded cluster: ``n_ionodes`` I/O workers and ``n_compute`` compute workers.
 
     Workers are separate processes (``Nanny``), one thread per I/O worker,
     all listening on 127.0.0.1 with random ports; no dashboard.
+    ``compute_memory`` overrides ``memory_limit`` for the compute workers,
+    which hold the contributions (``"auto"``: Dask's share of the machine).
 
     Examples
     --------
@@ -163,7 +206,12 @@ def local_cluster(
     for j in range(n_compute):
         workers[f"compute-{j}"] = {
             "cls": Nanny,
-            "options": {**common, "name": f"compute-{j}", "nthreads": threads_per_compute},
+            "options": {
+                **common,
+                "name": f"compute-{j}",
+                "nthreads": threads_per_compute,
+                "memory_limit": compute_memory if compute_memory is not None else memory_limit,
+            },
         }
     scheduler = {
         "cls": Scheduler,

@@ -22,16 +22,19 @@ import numpy as np
 from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
 from .cost import CostModel
-from .files import remove_path
+from .files import fsync_path, fsync_tree, remove_path
 from .stage import write_stage
 
 __all__ = [
     "BenchRow",
+    "adios2_seconds",
     "calibrated_cost",
+    "h5py_seconds",
     "parse_size",
     "raw_write_bandwidth",
     "run",
     "synthetic_stage",
+    "to_zarr_seconds",
 ]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
@@ -115,8 +118,15 @@ def contribution(client: int, rows: np.ndarray, width: int) -> Contribution:
     return Contribution(client, rows, np.repeat(rows.astype(np.float64)[:, None], width, axis=1))
 
 
-def raw_write_bandwidth(directory: Path, nbytes: int, block: int = 8 << 20) -> float:
+def raw_write_bandwidth(
+    directory: Path, nbytes: int, block: int = 8 << 20, data: np.ndarray | None = None
+) -> float:
     """Bytes/s of one process writing ``nbytes`` sequentially in ``block``-byte writes + fsync.
+
+    ``data`` (bytes to write, cycled) defaults to the synthetic stage's kind
+    of values: what is written matters where storage compresses or
+    deduplicates below the file system (virtual disks often do), so the raw
+    write is measured with the same kind of bytes as the stage.
 
     Examples
     --------
@@ -125,13 +135,18 @@ def raw_write_bandwidth(directory: Path, nbytes: int, block: int = 8 << 20) -> f
     True
     """
     path = directory / f".raw-bandwidth-{os.getpid()}.bin"
-    buf = memoryview(os.urandom(min(block, nbytes)))
+    if data is None:
+        width = 128
+        rows = np.arange(max(1, min(block, nbytes) // (8 * width)), dtype=np.float64)
+        data = np.repeat(rows[:, None], width, axis=1)
+    buf = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
     t0 = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         done = 0
         while done < nbytes:
-            done += os.write(fd, buf[: min(len(buf), nbytes - done)])
+            at = done % len(buf)
+            done += os.write(fd, buf[at : at + min(block, nbytes - done)])
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -140,30 +155,151 @@ def raw_write_bandwidth(directory: Path, nbytes: int, block: int = 8 << 20) -> f
     return nbytes / seconds
 
 
-def calibrated_cost(cluster: IOCluster, raw_bandwidth: float) -> CostModel:
-    """A planning model of this machine: measured worker-to-worker network, and the raw disk
-    bandwidth shared equally by the I/O workers (so planned and realized times compare).
+def calibrated_cost(cluster: IOCluster, raw_bandwidth: float, nbytes: int = 256 << 20) -> CostModel:
+    """A planning model of this machine, measured: each I/O node gets an equal share of the
+    cluster's concurrent worker-to-worker copy rate and of the raw disk bandwidth.
+
+    The copy rate is measured with every I/O worker receiving at once
+    (:meth:`~orchestrator.cluster.IOCluster.ingest_bandwidth`), because that is
+    what a stage does; a single transfer alone is several times faster on a
+    small machine and would make every realized makespan look slow.
 
     Examples
     --------
     >>> calibrated_cost(cluster, 400e6).name  # doctest: +SKIP
     'calibrated'
     """
-    return CostModel(network_bandwidth=cluster.network_bandwidth(),
-                     disk_bandwidth=raw_bandwidth / cluster.n_ionodes,
+    n = cluster.n_ionodes
+    return CostModel(network_bandwidth=cluster.ingest_bandwidth(nbytes) / n,
+                     disk_bandwidth=raw_bandwidth / n,
                      network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One policy's measured write."""
+    """One row of write-bench: a policy of ours, or an anchor measured in the same run.
 
-    policy: str
-    seconds: float
-    throughput: float
-    planned_makespan: float
-    realized_makespan: float
-    units: int
+    ``seconds`` holds every repetition; the reported time is their median.
+    Anchors have no plan (``planned``/``realized`` are NaN).
+    """
+
+    name: str
+    kind: str  # "anchor", "bound" or "policy"
+    seconds: tuple[float, ...]
+    nbytes: int
+    planned: float = float("nan")
+    realized: tuple[float, ...] = ()
+    units: int = 0
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        """Median seconds over the repetitions."""
+        return float(np.median(self.seconds))
+
+    @property
+    def throughput(self) -> float:
+        """Bytes per second of the median repetition."""
+        return self.nbytes / self.median
+
+    @property
+    def realized_makespan(self) -> float:
+        """Median realized makespan (policies)."""
+        return float(np.median(self.realized)) if self.realized else float("nan")
+
+    def as_dict(self, raw: float, h5: float) -> dict[str, Any]:
+        """A flat record for results.json / CSV, with ratios to the raw write and to h5py."""
+        return {
+            "name": self.name, "kind": self.kind, "nbytes": self.nbytes,
+            "seconds": self.median, "all_seconds": list(self.seconds),
+            "mb_per_s": self.throughput / 1e6, "ratio_raw": self.throughput / raw,
+            "ratio_h5py": self.throughput / h5 if h5 else float("nan"),
+            "planned_makespan": self.planned, "realized_makespan": self.realized_makespan,
+            "realized_over_planned": self.realized_makespan / self.planned
+            if self.planned == self.planned and self.planned > 0 else float("nan"),
+            "units": self.units, "note": self.note,
+        }  # fmt: skip
+
+
+def _values(spec: DatasetSpec) -> np.ndarray:
+    """The whole synthetic dataset in this process (every element of row r is r)."""
+    rows = np.arange(spec.shape[0], dtype=np.float64)
+    return np.repeat(rows[:, None], spec.shape[1], axis=1)
+
+
+def h5py_seconds(path: Path, values: np.ndarray) -> float:
+    """One process writes ``values`` with h5py (contiguous dataset), closes and fsyncs.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> h5py_seconds(Path(tempfile.mkdtemp()) / "a.h5", np.ones((4, 4))) > 0
+    True
+    """
+    import h5py
+
+    t0 = time.perf_counter()
+    with h5py.File(path, "w") as f:
+        f.create_dataset("field", data=values)
+    fsync_path(path)
+    return time.perf_counter() - t0
+
+
+def adios2_seconds(path: Path, values: np.ndarray) -> float:
+    """One process writes ``values`` as ADIOS2 BP5 (serial), closes and fsyncs the directory.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> adios2_seconds(Path(tempfile.mkdtemp()) / "a.bp", np.ones((4, 4))) > 0  # doctest: +SKIP
+    True
+    """
+    import adios2
+
+    t0 = time.perf_counter()
+    with adios2.Stream(str(path), "w") as s:
+        s.write("field", values, list(values.shape), [0, 0], list(values.shape))
+    fsync_tree(path)
+    return time.perf_counter() - t0
+
+
+def _block(i: int, rows: int, n_rows: int, width: int) -> np.ndarray:
+    r = np.arange(i * rows, min(n_rows, (i + 1) * rows), dtype=np.float64)
+    return np.repeat(r[:, None], width, axis=1)
+
+
+def to_zarr_seconds(cluster: IOCluster, path: Path, spec: DatasetSpec, chunk_rows: int) -> float:
+    """``dask.array.to_zarr`` on the cluster's workers, from blocks already in their memory.
+
+    The blocks are computed and persisted on the compute workers first (as
+    a workflow's results would be); the time is the write plus an fsync of
+    the store.
+
+    Examples
+    --------
+    >>> to_zarr_seconds(cl, Path("a.zarr"), spec, 1024)  # doctest: +SKIP
+    1.7
+    """
+    import dask.array as da
+    from dask import delayed
+
+    n_rows, width = spec.shape
+    n_blocks = -(-n_rows // chunk_rows)
+    blocks = [da.from_delayed(delayed(_block, pure=True)(i, chunk_rows, n_rows, width),
+                              shape=(min(chunk_rows, n_rows - i * chunk_rows), width),
+                              dtype=np.float64) for i in range(n_blocks)]  # fmt: skip
+    x = da.concatenate(blocks, axis=0)
+    with cluster.client.as_current():
+        x = x.persist(workers=cluster.compute or None)
+        from distributed import wait
+
+        wait(x)
+        t0 = time.perf_counter()
+        da.to_zarr(x, str(path), overwrite=True)
+        fsync_tree(path)
+        seconds = time.perf_counter() - t0
+    del x
+    return seconds
 
 
 def run(
@@ -175,22 +311,29 @@ def run(
     policies: Sequence[str],
     stripe_bytes: int,
     strategy: str,
-    advance: Callable[[], None] = lambda: None,
+    advance: Callable[[str], None] = lambda msg: None,
     gantt_dir: Path | None = None,
-) -> tuple[float, list[BenchRow]]:
-    """Measure the raw disk, then write the synthetic stage with every policy.
+    repeat: int = 3,
+    anchors: bool = True,
+    window: int | None = None,
+) -> list[BenchRow]:
+    """Every policy dispatched for real, beside the anchors, ``repeat`` rounds in one run.
 
-    The cost model used for planning is calibrated from the raw bandwidth
-    (each I/O node gets an equal share of the disk) and the measured
-    worker-to-worker bandwidth, so planned and realized makespans are
-    comparable. Each output is verified by the commit
-    protocol, then deleted.
+    Each round measures, in turn: the raw sequential write, h5py from one
+    process, ``dask.array.to_zarr`` on the cluster's workers, ADIOS2 BP5
+    (when ``adios2`` is importable), the cluster's worker-to-worker copy of
+    the same bytes with no write (the bound of any dispatch that moves data
+    between processes), then every policy. All are fsync'd; the order
+    rotates between rounds so none is always first. A warm-up write of the
+    stage's size comes first (a fresh machine's first writes fault in page
+    cache pages and would penalize whichever row ran first). Outputs are
+    verified (policies: by the commit protocol) and deleted.
 
     Examples
     --------
     >>> from orchestrator.cluster import local_cluster
     >>> with local_cluster(2, 1) as cl:  # doctest: +SKIP
-    ...     raw, rows = run(cl, Path("out"), 1 << 24, 4, "hdf5", ["ecf"], 1 << 20, "contiguous")
+    ...     rows = run(cl, Path("out"), 1 << 24, 4, "hdf5", ["ecf"], 1 << 20, "contiguous")
     """
     spec, held = synthetic_stage(nbytes, n_clients, materialize=False)
     width = spec.shape[1]
@@ -199,22 +342,80 @@ def run(
     parts = [cluster.client.submit(contribution, c, rows, width, pure=False,
                                    workers=[cluster.compute_worker(c)])
              for c, rows in held]  # fmt: skip
-    raw = raw_write_bandwidth(directory, spec.nbytes)
-    cost = calibrated_cost(cluster, raw)
-    rows = []
-    for p in policies:
-        target = directory / f"write-bench-{p}.{'h5' if fmt == 'hdf5' else 'zarr'}"
-        res = write_stage(target, {spec.name: (spec, parts)}, format=fmt, policy=p,
-                          cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
-                          overwrite=True, cost=cost)  # fmt: skip
-        rows.append(BenchRow(p, res.seconds, res.throughput, res.plan.makespan,
-                             res.trace.makespan, res.plan.n_units))  # fmt: skip
-        if gantt_dir is not None:
-            from .plots import close, realized_gantt
+    values = _values(spec) if anchors else None
+    raw_write_bandwidth(directory, spec.nbytes, data=values)  # warm-up
+    os.sync()
+    raw0 = raw_write_bandwidth(directory, spec.nbytes, data=values)
+    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 1 << 30))
+    try:
+        import adios2  # noqa: F401
 
-            tr = res.trace
-            close(realized_gantt(res.plan, tr.unit, tr.ionode, tr.start, tr.end,
-                                 path=gantt_dir / f"gantt-{p}.png"))  # fmt: skip
-        remove_path(target)
-        advance()
-    return raw, rows
+        has_adios = True
+    except ImportError:
+        has_adios = False
+    ext = "h5" if fmt == "hdf5" else "zarr"
+    chunk_rows = max(1, stripe_bytes // spec.row_bytes)
+    jobs: list[tuple[str, str, Callable[[], tuple[float, Any]]]] = []
+
+    def raw_job() -> tuple[float, Any]:
+        return spec.nbytes / raw_write_bandwidth(directory, spec.nbytes, data=values), None
+
+    jobs.append(("raw sequential write", "anchor", raw_job))
+    if values is not None:
+        jobs.append(("h5py, one process", "anchor",
+                     lambda: (h5py_seconds(directory / "anchor.h5", values), None)))  # fmt: skip
+        jobs.append(("dask.array.to_zarr", "anchor",
+                     lambda: (to_zarr_seconds(cluster, directory / "anchor.zarr", spec,
+                                              chunk_rows), None)))  # fmt: skip
+        if has_adios:
+            bp = directory / "anchor.bp"
+            jobs.append(("ADIOS2 BP5, one process", "anchor",
+                         lambda: (adios2_seconds(bp, values), None)))  # fmt: skip
+    jobs.append(("worker-to-worker copy, no write", "bound",
+                 lambda: (spec.nbytes / cluster.ingest_bandwidth(spec.nbytes), None)))  # fmt: skip
+
+    def policy_job(p: str) -> Callable[[], tuple[float, Any]]:
+        def go() -> tuple[float, Any]:
+            target = directory / f"write-bench-{p}.{ext}"
+            res = write_stage(target, {spec.name: (spec, parts)}, format=fmt, policy=p,
+                              cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
+                              overwrite=True, cost=cost,
+                              **({"window": window} if window else {}))  # fmt: skip
+            if gantt_dir is not None:
+                from .plots import close, realized_gantt
+
+                tr = res.trace
+                close(realized_gantt(res.plan, tr.unit, tr.ionode, tr.start, tr.end,
+                                     path=gantt_dir / f"gantt-{p}.png"))  # fmt: skip
+            remove_path(target)
+            return res.seconds, res
+
+        return go
+
+    for p in policies:
+        jobs.append((p, "policy", policy_job(p)))
+    seconds: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
+    realized: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
+    plans: dict[str, Any] = {}
+    for r in range(repeat):
+        k = r % len(jobs)
+        for name, _, job in jobs[k:] + jobs[:k]:
+            sec, res = job()
+            seconds[name].append(sec)
+            if res is not None:
+                realized[name].append(res.trace.makespan)
+                plans[name] = res.plan
+            for leftover in ("anchor.h5", "anchor.zarr", "anchor.bp"):
+                remove_path(directory / leftover)
+            # untimed: the deletions' discards and writeback settle here, not inside the
+            # next row (on a disk mounted with `discard` they otherwise stall its writes)
+            os.sync()
+            advance(name)
+    rows = []
+    for name, kind, _ in jobs:
+        plan = plans.get(name)
+        rows.append(BenchRow(name, kind, tuple(seconds[name]), spec.nbytes,
+                             planned=plan.makespan if plan is not None else float("nan"),
+                             realized=tuple(realized[name]),
+                             units=plan.n_units if plan is not None else 0))  # fmt: skip
+    return rows

@@ -67,14 +67,16 @@ class Cut:
 class Batch:
     """What an I/O worker fetches at once, then writes range by range in plan order.
 
-    ``ranges`` are in write order; range ``i`` is bytes
-    ``[pos[i], pos[i] + nbytes[i])`` of the buffer of ``cuts[cut[i]]``.
+    ``ranges`` are in write order; range ``i`` is range ``slot[i]`` of
+    ``cuts[cut[i]]``, at bytes ``[pos[i], pos[i] + nbytes[i])`` of its buffer
+    when the cut comes back packed.
     """
 
     ionode: int
     index: int
     ranges: Ranges
     cut: I64
+    slot: I64
     pos: I64
     cuts: tuple[Cut, ...]
     planned_start: float
@@ -256,14 +258,16 @@ def build_program(
             part = Ranges(part.dataset, part.client, part.offset + lo, hi - lo, part.unit)
             src = source[part.dataset, part.client]
             cuts, cut_of, pos = [], np.empty(len(part), np.int64), np.empty(len(part), np.int64)
+            slot = np.empty(len(part), np.int64)
             for j, w in enumerate(np.unique(src).tolist()):
                 mine = np.flatnonzero(src == w)
                 cut_of[mine] = j
+                slot[mine] = np.arange(mine.size)
                 pos[mine] = np.concatenate(([0], np.cumsum(part.nbytes[mine])[:-1]))
                 cuts.append(Cut(int(w), part.take(mine)))
             t0 = float(planned_start[part.unit].min())
             starts.append((t0, s, len(batches)))
-            batches.append(Batch(s, len(batches), part, cut_of, pos, tuple(cuts), t0))
+            batches.append(Batch(s, len(batches), part, cut_of, slot, pos, tuple(cuts), t0))
             group = []
         nodes.append(NodeProgram(s, tuple(batches), tuple(tuple(x) for x in stripes[s])))
     rank: list[list[int]] = [[0] * len(n.batches) for n in nodes]

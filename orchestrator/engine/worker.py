@@ -31,6 +31,8 @@ _ABORTED: set[str] = set()
 #: (token, I/O node) of writer loops running in this process
 _ACTIVE: set[tuple[str, int]] = set()
 _LOCK = threading.Lock()
+#: ranges whose mean size is below this are packed into one buffer by :func:`cut`
+PACK_BELOW = 256 << 10
 
 
 class Aborted(RuntimeError):
@@ -64,8 +66,10 @@ def cut(
     """On a source: copy byte ranges of contributions into one buffer (one Dask message).
 
     Range ``i`` is bytes ``[offset[i], offset[i] + nbytes[i])`` of the dataset
-    of ``contributions[which[i]]``, stored as ``dtypes[which[i]]``. A single
-    range that needs no cast is returned as a view (no copy).
+    of ``contributions[which[i]]``, stored as ``dtypes[which[i]]``. Large
+    ranges that need no cast come back as a list of views (Dask sends each
+    as its own frame, without copying); small ones are packed into one
+    buffer (one frame, instead of a header per few bytes).
 
     Examples
     --------
@@ -84,6 +88,8 @@ def cut(
         parts.append(rows.reshape(-1).view(np.uint8)[skip : skip + n])
     if len(parts) == 1:
         return parts[0]
+    if parts and int(nbytes.sum()) >= len(parts) * PACK_BELOW:
+        return parts  # type: ignore[return-value]
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
 
 
@@ -126,7 +132,7 @@ def run_ionode(
     pool = ThreadPoolExecutor(2, thread_name_prefix=f"iorch-fetch-{s}")
     events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
     held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
-    arrived: dict[int, list[np.ndarray]] = {}
+    arrived: dict[int, list[Any]] = {}
     futures = {dc: Future(k, client=client) for dc, k in keys.items()}
     writer = get_backend(fmt).writer(info, s, aggregate)
     t_unit, t_start, t_end, t_bytes = [], [], [], []
@@ -163,9 +169,14 @@ def run_ionode(
             r = b.ranges
             units, offs, sizes = r.unit.tolist(), r.offset.tolist(), r.nbytes.tolist()
             datasets, cut_of, pos = r.dataset.tolist(), b.cut.tolist(), b.pos.tolist()
+            slot = b.slot.tolist()
             for i in range(len(units)):
                 _check(token)
-                view = memoryview(bufs[cut_of[i]])[pos[i] : pos[i] + sizes[i]]
+                got = bufs[cut_of[i]]
+                if isinstance(got, list):  # one view per range
+                    view = memoryview(got[slot[i]])
+                else:
+                    view = memoryview(got)[pos[i] : pos[i] + sizes[i]]
                 t0 = time.time()
                 writer.put(names[datasets[i]], offs[i], view)
                 t_unit.append(units[i])
@@ -195,7 +206,7 @@ def run_ionode(
                 continue
             if kind == "error":
                 raise payload
-            arrived[b] = [np.asarray(x) for x in payload]
+            arrived[b] = list(payload)
             todo = state.fetched(b)
         for d, off, n, crc in fills:
             writer.add_checksum(names[d], off, n, crc)
