@@ -158,7 +158,7 @@ class WholeStripeWriter(Writer):
 
         # the stripe's logical bytes, as verify reads them back
         self.sums[(name, k * self.meta[name]["stripe_bytes"])] = stripe_checksum(
-            np.ascontiguousarray(rows).reshape(-1).view(np.uint8)
+            memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data)
         )
         self.store(name, k, rows)
 

@@ -89,7 +89,7 @@ def fill_pieces(
             skip = b0 % rb
             reps = -(-(skip + end - b0) // rb)
             data = np.tile(pattern, reps)[skip : skip + end - b0]
-            out.append((d, b0, end - b0, zlib.crc32(data)))
+            out.append((d, b0, end - b0, zlib.crc32(data.data)))
             b0 = end
     return out
 

@@ -269,7 +269,8 @@ def build_program(
             starts.append((t0, s, len(batches)))
             batches.append(Batch(s, len(batches), part, cut_of, slot, pos, tuple(cuts), t0))
             group = []
-        nodes.append(NodeProgram(s, tuple(batches), tuple(tuple(x) for x in stripes[s])))
+        owned = tuple((int(d), int(o), int(n)) for d, o, n in stripes[s])
+        nodes.append(NodeProgram(s, tuple(batches), owned))
     rank: list[list[int]] = [[0] * len(n.batches) for n in nodes]
     for r, (_, s, b) in enumerate(sorted(starts)):
         rank[s][b] = r

@@ -18,7 +18,9 @@ class Trace:
 
     ``start``/``end`` span the writes of the unit's bytes; ``flush_start`` /
     ``flush_end`` (one per I/O node) the final flush (fsync) that makes
-    them durable. Times are wall-clock seconds since the first write began.
+    them durable; ``peak_held`` (one per I/O node) the most bytes of
+    batches it held at once, which its window bounds. Times are wall-clock
+    seconds since the first write began.
     """
 
     unit: npt.NDArray[np.int64]
@@ -29,6 +31,8 @@ class Trace:
     worker: list[str]
     flush_start: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     flush_end: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    #: per I/O node, the most batch bytes it held at once (fetching, fetched, being written)
+    peak_held: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def makespan(self) -> float:
@@ -68,9 +72,10 @@ class Trace:
                          r["end"][ends], np.add.reduceat(r["nbytes"], idx),
                          [r["worker"]] * idx.size))  # fmt: skip
         flush = np.array([r["flush"] for r in results]) if results else np.zeros((0, 2))
+        peak = np.array([r.get("peak_held", 0) for r in results], dtype=np.int64)
         if not rows:
             return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
-                       np.zeros(0, np.int64), [], np.zeros(0), np.zeros(0))  # fmt: skip
+                       np.zeros(0, np.int64), [], np.zeros(0), np.zeros(0), peak)  # fmt: skip
         t0 = min(float(r[2].min()) for r in rows)
         return cls(
             unit=np.concatenate([r[0] for r in rows]).astype(np.int64),
@@ -81,4 +86,5 @@ class Trace:
             worker=[w for r in rows for w in r[5]],
             flush_start=flush[:, 0] - t0,
             flush_end=flush[:, 1] - t0,
+            peak_held=peak,
         )

@@ -133,7 +133,7 @@ def run_ionode(
     events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
     held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
     arrived: dict[int, list[Any]] = {}
-    futures = {dc: Future(k, client=client) for dc, k in keys.items()}
+    futures: dict[tuple[int, int], Any] = {dc: Future(k, client=client) for dc, k in keys.items()}
     writer = get_backend(fmt).writer(info, s, aggregate)
     t_unit, t_start, t_end, t_bytes = [], [], [], []
     try:
@@ -189,7 +189,9 @@ def run_ionode(
 
         state = Window([b.nbytes for b in node.batches], window)
         todo = state.start()
+        peak = state.held
         while not state.done:
+            peak = max(peak, state.held)
             for ins in todo:
                 if isinstance(ins, Fetch):
                     fetch(node.batches[ins.batch])
@@ -222,6 +224,7 @@ def run_ionode(
             "end": np.array(t_end),
             "nbytes": np.array(t_bytes, dtype=np.int64),
             "flush": (f0, f1),
+            "peak_held": peak,
             "checksums": {f"{k[0]}:{k[1]}": v for k, v in sums.items()},
         }
     finally:

@@ -1,0 +1,261 @@
+"""The engine's pure core, without a cluster: programs, the prefetch window, checksums, commit.
+
+Each is checked against a slow, obvious oracle on many random instances.
+"""
+
+import itertools
+import os
+import zlib
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from orchestrator.contributions import DatasetSpec
+from orchestrator.engine.commit import commit
+from orchestrator.engine.dispatch import Staged, fill_pieces, program_of
+from orchestrator.engine.window import Fetch, Window, Write
+from orchestrator.kernels import crc
+from orchestrator.layout import StripeLayout, derive_transfers
+from orchestrator.policies import schedule
+from orchestrator.storage import PieceChecksums, StorageError
+from orchestrator.transfers import TransferSet
+
+# ------------------------------------------------------------------ CRC folding
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=8))
+def test_fold_equals_crc32_of_the_concatenation(parts):
+    crcs = np.array([zlib.crc32(p) for p in parts], dtype=np.uint32)
+    lens = np.array([len(p) for p in parts], dtype=np.int64)
+    assert int(crc.fold(crcs, lens)) == zlib.crc32(b"".join(parts))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000), st.data())
+def test_piece_checksums_in_any_order_equal_the_stripe_checksum(blob, data):
+    sb = data.draw(st.integers(1, 700))
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(blob) - 1)), max_size=12)))
+    bounds = [0, *[c for c in cuts if c < len(blob)], len(blob)]
+    pieces = []
+    for a, b in itertools.pairwise(bounds):
+        while a < b:  # pieces never cross a stripe, as the layout guarantees
+            e = min(b, (a // sb + 1) * sb)
+            pieces.append((a, e))
+            a = e
+    order = data.draw(st.permutations(pieces))
+    sums = PieceChecksums({"u": sb})
+    for a, b in order:
+        sums.add("u", a, blob[a:b])
+    want = {("u", k): f"{zlib.crc32(blob[k : k + sb]):08x}" for k in range(0, len(blob), sb)}
+    assert sums.result() == want
+
+
+def test_piece_checksums_refuse_gaps_and_stripe_crossings():
+    sums = PieceChecksums({"u": 8})
+    sums.add("u", 0, b"abcd")
+    sums.add("u", 5, b"fgh")
+    with pytest.raises(StorageError, match="gap or an overlap at byte 4"):
+        sums.result()
+    with pytest.raises(StorageError, match="crosses a stripe"):
+        PieceChecksums({"u": 8}).add("u", 6, b"xyz")
+
+
+def test_fill_pieces_checksum_the_fill_bytes():
+    spec = DatasetSpec("u", (10, 3), "int16", fill_value=-2)
+    missing = np.array([1, 2, 3, 7])
+    pieces = fill_pieces(0, spec, 10, missing)
+    row = np.full(3, -2, dtype="int16").tobytes()
+    for d, off, n, c in pieces:
+        assert d == 0 and (off // 10) == ((off + n - 1) // 10)  # inside one stripe
+        assert c == zlib.crc32((row * 20)[off % 6 : off % 6 + n])
+    covered = sorted(b for _, off, n, _ in pieces for b in range(off, off + n))
+    assert covered == [b for r in missing for b in range(6 * r, 6 * r + 6)]
+
+
+# ------------------------------------------------------------------ the window
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=0, max_size=20), st.integers(1, 120), st.randoms())
+def test_window_writes_in_order_within_its_bytes(sizes, window, rnd):
+    w = Window(sizes, window)
+    fetching: list[int] = []
+    writing: list[int] = []
+    fetched_once, written = set(), []
+    todo = w.start()
+    steps = 0
+    while not w.done:
+        steps += 1
+        assert steps < 10 * len(sizes) + 10, "no progress"
+        for ins in todo:
+            if isinstance(ins, Fetch):
+                assert ins.batch not in fetched_once
+                fetched_once.add(ins.batch)
+                fetching.append(ins.batch)
+            else:
+                writing.append(ins.batch)
+        # the bytes held never exceed the window, unless one batch alone does
+        assert w.held == sum(sizes[b] for b in fetching) + sum(sizes[b] for b in w.arrived)
+        assert w.held <= max(window, max(sizes))
+        assert len(writing) <= 1
+        if writing and (not fetching or rnd.random() < 0.5):
+            b = writing.pop()
+            written.append(b)
+            todo = w.written(b)
+        else:
+            b = fetching.pop(rnd.randrange(len(fetching)))  # arrivals in any order
+            todo = w.fetched(b)
+    assert written == list(range(len(sizes)))
+    assert w.held == 0
+
+
+def test_window_rejects_events_out_of_turn():
+    w = Window([4, 4], 4)
+    assert w.start() == [Fetch(0)]
+    with pytest.raises(ValueError, match="was not being fetched"):
+        w.fetched(1)
+    assert w.fetched(0) == [Write(0)]
+    with pytest.raises(ValueError, match="was not being written"):
+        w.written(1)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        Window([1], 0)
+
+
+# ------------------------------------------------------------------ programs
+
+
+@st.composite
+def stages(draw):
+    n_clients = draw(st.integers(1, 5))
+    n_io = draw(st.integers(1, 4))
+    specs, parts, first, base = [], [], [], 0
+    for d in range(draw(st.integers(1, 2))):
+        rows = draw(st.integers(1, 60))
+        width = draw(st.integers(1, 3))
+        spec = DatasetSpec(f"d{d}", (rows, width), draw(st.sampled_from(["int8", "float64"])))
+        writer = np.array(draw(st.lists(st.integers(-1, n_clients - 1), min_size=rows,
+                                        max_size=rows)), dtype=np.int64)  # fmt: skip
+        writer[0] = max(writer[0], 0)
+        stripe = draw(st.integers(1, max(1, spec.nbytes)))
+        strategy = draw(st.sampled_from(["contiguous", "list", "two-phase"]))
+        part = derive_transfers(spec, writer, StripeLayout(n_io, stripe), strategy, n_clients)
+        specs.append(spec)
+        parts.append(part)
+        first.append(base)
+        base += len(part.transfers)
+    staged = Staged(specs, parts, first)
+    ts = TransferSet(
+        np.concatenate([p.transfers.client for p in parts]),
+        np.concatenate([p.transfers.ionode for p in parts]),
+        np.concatenate([p.transfers.nbytes for p in parts]),
+        n_clients=n_clients,
+        n_ionodes=n_io,
+    )
+    policy = draw(st.sampled_from(["ecf", "ms-ecf", "hdf", "uar", "hash-ios", "split-opt"]))
+    opts = {"block_size": draw(st.integers(1, 64))} if policy in ("hdf", "uar") else {}
+    plan = schedule(ts, policy, cost="modern", seed=draw(st.integers(0, 5)), **opts)
+    n_sources = draw(st.integers(1, 3))
+    source = np.array(draw(st.lists(st.integers(0, n_sources - 1),
+                                    min_size=len(specs) * n_clients,
+                                    max_size=len(specs) * n_clients)),
+                      dtype=np.int64).reshape(len(specs), n_clients)  # fmt: skip
+    batch = draw(st.integers(1, 200))
+    first_batch = draw(st.integers(1, 200))
+    return staged, plan, n_io, source, batch, first_batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(stages())
+def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
+    staged, plan, n_io, source, batch, first_batch = case
+    prog = program_of(staged, plan, n_io, source, batch, first_batch)
+    # oracle: expand the plan into bytes, the slow way
+    want: dict[int, list[tuple[int, int, int]]] = {s: [] for s in range(n_io)}
+    transfer_bytes = {}
+    for d, (part, base) in enumerate(zip(staged.parts, staged.first_transfer, strict=True)):
+        for p in range(part.n_pieces):
+            t = base + int(part.piece_transfer[p])
+            o, n = int(part.piece_offset[p]), int(part.piece_nbytes[p])
+            transfer_bytes.setdefault(t, []).extend((d, b, int(part.piece_client[p]))
+                                                    for b in range(o, o + n))  # fmt: skip
+    for t in transfer_bytes:
+        transfer_bytes[t].sort()
+    for u in plan.order.tolist():
+        t, o, n = int(plan.parent[u]), int(plan.offset[u]), int(plan.nbytes[u])
+        want[int(plan.ionode[u])].extend(transfer_bytes[t][o : o + n])
+    seen_bytes = set()
+    for s, node in enumerate(prog.nodes):
+        got = []
+        units = []
+        for k, b in enumerate(node.batches):
+            assert b.index == k and b.ionode == s
+            assert 0 < b.nbytes <= max(batch, 1)  # batches are bounded
+            for i in range(len(b.ranges)):
+                d, c, o, n = (int(b.ranges.dataset[i]), int(b.ranges.client[i]),
+                              int(b.ranges.offset[i]), int(b.ranges.nbytes[i]))  # fmt: skip
+                cut = b.cuts[b.cut[i]]
+                assert cut.source == source[d, c]  # cut where the contribution lives
+                j = int(b.slot[i])
+                assert (int(cut.ranges.dataset[j]), int(cut.ranges.offset[j])) == (d, o)
+                assert int(b.pos[i]) == int(cut.ranges.nbytes[:j].sum())
+                got.extend((d, x, c) for x in range(o, o + n))
+                units.append(int(b.ranges.unit[i]))
+        assert got == want[s]  # plan order, every byte of the node exactly once
+        seq = [u for u in plan.order.tolist() if plan.ionode[u] == s and plan.nbytes[u] > 0]
+        dedup = [u for k, u in enumerate(units) if k == 0 or units[k - 1] != u]
+        assert dedup == seq
+        seen_bytes |= {(d, x) for d, x, _ in got}
+    total = sum(spec.nbytes for spec in staged.specs)
+    written = sum(int(p.piece_nbytes.sum()) for p in staged.parts)
+    assert len(seen_bytes) == written <= total
+    # cuts are ranked by planned start over all I/O nodes
+    starts = [(b.planned_start, prog.priority[s][b.index])
+              for s, n in enumerate(prog.nodes) for b in n.batches]  # fmt: skip
+    ranks = [r for _, r in sorted(starts)]
+    assert sorted(ranks) == list(range(len(ranks)))
+    assert [t for t, _ in sorted(starts, key=lambda x: x[1])] == sorted(t for t, _ in starts)
+
+
+# ------------------------------------------------------------------ commit
+
+
+def test_commit_never_replaces_without_overwrite(tmp_path):
+    (tmp_path / "a").write_text("new")
+    (tmp_path / "t").write_text("old")
+    with pytest.raises(StorageError, match="exists"):
+        commit(tmp_path / "a", tmp_path / "t", overwrite=False)
+    assert (tmp_path / "t").read_text() == "old" and (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_commit_renames_over_the_old_target(tmp_path, kind):
+    def make(p, text):
+        if kind == "dir":
+            p.mkdir()
+            (p / "zarr.json").write_text(text)
+        else:
+            p.write_text(text)
+
+    def read(p):
+        return (p / "zarr.json").read_text() if kind == "dir" else p.read_text()
+
+    make(tmp_path / "new", "2")
+    make(tmp_path / "t", "1")
+    commit(tmp_path / "new", tmp_path / "t", overwrite=True)
+    assert read(tmp_path / "t") == "2"
+    assert sorted(os.listdir(tmp_path)) == ["t"]  # the old one is gone, nothing left beside
+    make(tmp_path / "n2", "3")
+    commit(tmp_path / "n2", tmp_path / "fresh", overwrite=False)
+    assert read(tmp_path / "fresh") == "3"
+
+
+def test_commit_refuses_to_replace_a_directory_by_a_file(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "mine.txt").write_text("keep")
+    (tmp_path / "new.h5").write_text("x")
+    with pytest.raises(StorageError, match="is a directory"):
+        commit(tmp_path / "new.h5", tmp_path / "results", overwrite=True)
+    assert (tmp_path / "results" / "mine.txt").read_text() == "keep"
