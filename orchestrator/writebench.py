@@ -22,8 +22,8 @@ import numpy as np
 from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
 from .cost import CostModel
-from .files import fsync_path, fsync_tree, remove_path
 from .engine.dispatch import DEFAULT_WINDOW
+from .files import fsync_path, fsync_tree, remove_path
 from .stage import write_stage
 
 __all__ = [
