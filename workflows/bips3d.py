@@ -237,6 +237,7 @@ class DumpResult:
     stats: IntervalStats
     planned_ratio: float
     write_seconds: float
+    planned_makespan: float
     stage_seconds: float
     nbytes: int
     path: Path
@@ -354,6 +355,7 @@ def dump(
         stats=interval_stats(writer, n_writers),
         planned_ratio=res.plan.makespan / res.plan.lower_bound if res.plan.lower_bound else 1.0,
         write_seconds=res.trace.makespan,
+        planned_makespan=res.plan.makespan,
         stage_seconds=res.seconds,
         nbytes=spec.nbytes,
         path=target,
