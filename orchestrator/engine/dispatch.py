@@ -74,7 +74,7 @@ def fill_pieces(
     Examples
     --------
     >>> fill_pieces(0, DatasetSpec("u", (4,), "int64"), 16, np.array([1, 2]))
-    [(0, 8, 8, 0), (0, 16, 8, 0)]
+    [(0, 8, 8, 1696784233), (0, 16, 8, 1696784233)]
     """
     if missing.size == 0:
         return []
@@ -134,7 +134,19 @@ def program_of(
     staged: Staged, plan: Plan, n_ionodes: int, source: np.ndarray, batch_bytes: int,
     first_batch_bytes: int,
 ) -> Program:  # fmt: skip
-    """The stage's :class:`Program` (pure: see :mod:`orchestrator.engine.program`)."""
+    """The stage's :class:`Program` (pure: see :mod:`orchestrator.engine.program`).
+
+    Examples
+    --------
+    >>> from orchestrator.layout import StripeLayout, derive_transfers
+    >>> from orchestrator.policies import schedule
+    >>> spec = DatasetSpec("u", (4,), "int64")
+    >>> part = derive_transfers(spec, np.array([0, 0, 1, 1]), StripeLayout(2, 16))
+    >>> plan = schedule(part.transfers, "ecf")
+    >>> prog = program_of(Staged([spec], [part], [0]), plan, 2, np.array([[0, 0]]), 64, 64)
+    >>> [n.nbytes for n in prog.nodes]
+    [16, 16]
+    """
     pd, po, pn, pt, pc = [], [], [], [], []
     for d, (part, base) in enumerate(zip(staged.parts, staged.first_transfer, strict=True)):
         pd.append(np.full(part.n_pieces, d, dtype=np.int64))
@@ -167,9 +179,16 @@ def dispatch(
     """Run the plan on the I/O workers; return the trace and the stripe checksums.
 
     Each I/O worker executes its units in plan order, fetching the next
-    batches (at most ``window`` bytes held) while it writes. On any failure
-    the writers are stopped before this raises :class:`StageError`, so
-    nothing writes into the temporary output afterwards.
+    batches (at most ``window`` bytes held) while it writes. On failure it
+    raises :class:`StageError`; the caller stops the writers (:func:`stop`)
+    and removes the temporary output.
+
+    Examples
+    --------
+    Called by :func:`~orchestrator.stage.write_stage` after planning:
+
+    >>> trace, sums = dispatch(cl, "hdf5", info, staged, plan, datasets, {},
+    ...                        aggregate=False)  # doctest: +SKIP
     """
     if window < 1:
         raise StageError(f"window must be >= 1 byte, got {window}")
@@ -200,9 +219,6 @@ def dispatch(
     try:
         _wait_watching(cl, writers)
         results = cl.client.gather(writers)
-    except BaseException:
-        stop(cl, info["token"])
-        raise
     finally:
         for f in writers:
             f.release()
@@ -237,7 +253,12 @@ def _complete_fill_only(
 
 
 def stop(cl: IOCluster, token: str, timeout: float = 30.0) -> None:
-    """Tell the stage's writer loops to stop and wait (bounded) until none runs."""
+    """Tell the stage's writer loops to stop and wait (bounded) until none runs.
+
+    Examples
+    --------
+    >>> stop(cl, "ckpt.h5.tmp-0123", timeout=5.0)  # doctest: +SKIP
+    """
     try:
         cl.client.run(abort, token)
         deadline = time.monotonic() + timeout

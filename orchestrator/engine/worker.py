@@ -43,6 +43,11 @@ def abort(token: str) -> int:
     """On every worker: tell the stage's writer loops to stop; return how many are running.
 
     Runs in the worker's event loop (``Client.run``), so it never blocks.
+
+    Examples
+    --------
+    >>> abort("ckpt.h5.tmp-0123")
+    0
     """
     with _LOCK:
         _ABORTED.add(token)
@@ -50,7 +55,13 @@ def abort(token: str) -> int:
 
 
 def busy(token: str) -> int:
-    """On every worker: how many writer loops of the stage still run (0 once all stopped)."""
+    """On every worker: how many writer loops of the stage still run (0 once all stopped).
+
+    Examples
+    --------
+    >>> busy("ckpt.h5.tmp-0123")
+    0
+    """
     with _LOCK:
         return sum(1 for t, _ in _ACTIVE if t == token)
 
@@ -120,7 +131,15 @@ def run_ionode(
     the stage's process filled in this node's stripes.
 
     Returns the trace (per range: unit, start, end, bytes), the flush's
-    span, and the stripe checksums.
+    span, the most batch bytes held at once, and the stripe checksums.
+
+    Examples
+    --------
+    Submitted by :func:`~orchestrator.engine.dispatch.dispatch`, one per I/O worker:
+
+    >>> client.submit(run_ionode, "hdf5", info, program.nodes[0], ["u"], keys, sources,
+    ...               program.priority[0], [8], ["<f8"], False, 128 << 20, [],
+    ...               resources={"io-0": 1})  # doctest: +SKIP
     """
     from distributed import Future, get_client, get_worker, secede
 
