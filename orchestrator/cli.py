@@ -444,9 +444,10 @@ def write_bench_cmd(
     import json
 
     from .cluster import local_cluster
+    from .engine import DEFAULT_WINDOW
     from .stage import StageError
     from .storage import StorageError
-    from .writebench import parse_size, run
+    from .writebench import ionode_peak_rss, parse_size, run
 
     try:
         nbytes, stripe_bytes = parse_size(size), parse_size(stripe)
@@ -459,7 +460,7 @@ def write_bench_cmd(
         mem = memory if memory == "auto" else parse_size(memory)
         with local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl, \
                 _progress() as prog:  # fmt: skip
-            n_jobs = len(names) + 2 + (3 if anchors else 0)
+            n_jobs = len(names) + 1 + (4 if anchors else 0)
             task = prog.add_task("write-bench", total=n_jobs * repeat)
             if gantt is not None:
                 gantt.mkdir(parents=True, exist_ok=True)
@@ -467,15 +468,17 @@ def write_bench_cmd(
                        advance=lambda msg: prog.update(task, advance=1, description=msg),
                        gantt_dir=gantt, repeat=repeat, anchors=anchors,
                        window=win)  # fmt: skip
+            rss = ionode_peak_rss(cl)
     except (StageError, StorageError, *USER_ERRORS) as e:
         raise _fail(str(e)) from None
+    win_bytes = win or DEFAULT_WINDOW
     raw = next(r for r in rows if r.name == "raw sequential write")
     h5 = next((r for r in rows if r.name.startswith("h5py")), None)
     records = [r.as_dict(raw, h5) for r in rows]
     (out / "results.json").write_text(json.dumps(
         {"size": nbytes, "clients": clients, "ionodes": ionodes, "format": format,
          "strategy": strategy, "stripe_bytes": stripe_bytes, "repeat": repeat,
-         "rows": records}, indent=2))  # fmt: skip
+         "window": win_bytes, "ionode_peak_rss": rss, "rows": records}, indent=2))  # fmt: skip
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=[k for k in records[0] if k != "all_seconds"],
                            extrasaction="ignore")  # fmt: skip
@@ -514,6 +517,13 @@ def write_bench_cmd(
         "writing, fsync, commit; anchors: open, write, close, fsync). Planned makespan uses a "
         "cost model measured in this run (worker-to-worker copy rate, raw disk); realized is "
         f"first write to last fsync. Saved {out / 'results.json'}."
+    )
+    held = max((r.peak_held for r in rows), default=0)
+    console.print(
+        f"I/O workers' peak RSS {', '.join(f'{x / 2**20:,.0f}' for x in rss)} MiB (whole "
+        f"run, anchors included); window {win_bytes / 2**20:,.0f} MiB, most batch bytes held "
+        f"{held / 2**20:,.1f} MiB.",
+        soft_wrap=True,
     )
 
 

@@ -107,9 +107,17 @@ class IOCluster:
             best = min(best, time.perf_counter() - t0)
             # release, not cancel: cancelling a key together with its dependent
             # trips an assertion in the scheduler (stimulus_cancel, ts.who_wants)
-            size.release()
-            blob.release()
+            self._release([size, blob])
         return nbytes / best
+
+    def _release(self, futures: list[Any], timeout: float = 10.0) -> None:
+        """Release futures and wait until this client has dropped them (release is async)."""
+        keys = {f.key for f in futures}
+        for f in futures:
+            f.release()
+        deadline = time.monotonic() + timeout
+        while keys & set(self.client.futures) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def ingest_bandwidth(self, nbytes: int = 256 << 20, pieces: int = 4, repeats: int = 2) -> float:
         """Bytes/s of moving ``nbytes`` from the compute workers into all I/O workers at once.
@@ -145,8 +153,7 @@ class IOCluster:
                  for s, bs in enumerate(blobs)]  # fmt: skip
         moved = sum(self.client.gather(sinks))
         seconds = time.perf_counter() - t0
-        for f in [*sinks, *(b for bs in blobs for b in bs)]:
-            f.release()
+        self._release([*sinks, *(b for bs in blobs for b in bs)])
         return moved / seconds
 
     def worker_pids(self) -> dict[str, int]:
@@ -177,6 +184,7 @@ def local_cluster(
     memory_limit: str = "2GiB",
     threads_per_compute: int = 1,
     compute_memory: str | int | None = None,
+    io_env: dict[str, str] | None = None,
 ) -> IOCluster:
     """Start the embedded cluster: ``n_ionodes`` I/O workers and ``n_compute`` compute workers.
 
@@ -206,6 +214,7 @@ def local_cluster(
                 "name": f"io-{k}",
                 "nthreads": 1,
                 "resources": {"io": 1, f"io-{k}": 1},
+                **({"env": io_env} if io_env else {}),
             },
         }
     for j in range(n_compute):

@@ -31,6 +31,7 @@ __all__ = [
     "adios2_seconds",
     "calibrated_cost",
     "h5py_seconds",
+    "ionode_peak_rss",
     "parse_size",
     "raw_write_bandwidth",
     "run",
@@ -192,6 +193,8 @@ class BenchRow:
     realized: tuple[float, ...] = ()
     units: int = 0
     note: str = ""
+    #: policies: the most batch bytes any I/O worker held at once (bounded by the window)
+    peak_held: int = 0
 
     @property
     def median(self) -> float:
@@ -227,7 +230,7 @@ class BenchRow:
             "planned_makespan": self.planned, "realized_makespan": self.realized_makespan,
             "realized_over_planned": self.realized_makespan / self.planned
             if self.planned == self.planned and self.planned > 0 else float("nan"),
-            "units": self.units, "note": self.note,
+            "units": self.units, "note": self.note, "peak_held": self.peak_held,
         }  # fmt: skip
 
 
@@ -333,7 +336,9 @@ def run(
     process, ``dask.array.to_zarr`` on the cluster's workers, ADIOS2 BP5
     (when ``adios2`` is importable), the cluster's worker-to-worker copy of
     the same bytes with no write (the bound of any dispatch that moves data
-    between processes), then every policy. All are fsync'd; the order
+    between processes), then every policy. With ``anchors=False`` only the
+    raw write and the policies run (for stages too large to hold in this
+    process, and to read the I/O workers' peak memory of the stage alone). All are fsync'd; the order
     rotates between rounds so none is always first. A warm-up write of the
     stage's size comes first (a fresh machine's first writes fault in page
     cache pages and would penalize whichever row ran first). Outputs are
@@ -356,7 +361,7 @@ def run(
     raw_write_bandwidth(directory, spec.nbytes, data=values)  # warm-up
     os.sync()
     raw0 = raw_write_bandwidth(directory, spec.nbytes, data=values)
-    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 1 << 30))
+    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 1 << 30 if anchors else 64 << 20))
     try:
         import adios2  # noqa: F401
 
@@ -381,9 +386,11 @@ def run(
             bp = directory / "anchor.bp"
             jobs.append(("ADIOS2 BP5, one process", "anchor",
                          lambda: (adios2_seconds(bp, values), None)))  # fmt: skip
-    jobs.append(("worker-to-worker copy, no write", "bound",
-                 lambda: (spec.nbytes / cluster.ingest_bandwidth(spec.nbytes, repeats=1),
-                          None)))  # fmt: skip
+        # capped at 1 GiB: the bound is a rate, and the probe's arrays land on the I/O workers
+        probe = min(spec.nbytes, 1 << 30)
+        jobs.append(("worker-to-worker copy, no write", "bound",
+                     lambda: (spec.nbytes / cluster.ingest_bandwidth(probe, repeats=1),
+                              None)))  # fmt: skip
 
     def policy_job(p: str) -> Callable[[], tuple[float, Any]]:
         def go() -> tuple[float, Any]:
@@ -408,6 +415,7 @@ def run(
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     realized: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     plans: dict[str, Any] = {}
+    last: dict[str, Any] = {}
     for r in range(repeat):
         k = r % len(jobs)
         for name, _, job in jobs[k:] + jobs[:k]:
@@ -416,6 +424,7 @@ def run(
             if res is not None:
                 realized[name].append(res.trace.makespan)
                 plans[name] = res.plan
+                last[name] = res
             for leftover in ("anchor.h5", "anchor.zarr", "anchor.bp"):
                 remove_path(directory / leftover)
             # untimed: the deletions' discards and writeback settle here, not inside the
@@ -423,10 +432,30 @@ def run(
             os.sync()
             advance(name)
     rows = []
+    peaks = {name: int(res.trace.peak_held.max()) for name, res in last.items()}
     for name, kind, _ in jobs:
         plan = plans.get(name)
         rows.append(BenchRow(name, kind, tuple(seconds[name]), spec.nbytes,
                              planned=plan.makespan if plan is not None else float("nan"),
                              realized=tuple(realized[name]),
-                             units=plan.n_units if plan is not None else 0))  # fmt: skip
+                             units=plan.n_units if plan is not None else 0,
+                             peak_held=peaks.get(name, 0)))  # fmt: skip
     return rows
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+def ionode_peak_rss(cluster: IOCluster) -> list[int]:
+    """Peak resident memory (bytes) of every I/O worker process since it started.
+
+    Examples
+    --------
+    >>> ionode_peak_rss(cl)  # doctest: +SKIP
+    [187654144, 190238720]
+    """
+    got = cluster.client.run(_peak_rss, workers=list(cluster.ionodes))
+    return [int(got[a]) for a in cluster.ionodes]

@@ -4,7 +4,8 @@ effects that run them on Dask (:mod:`~orchestrator.engine.dispatch` on the stage
 side, :mod:`~orchestrator.engine.worker` on the workers) and commit the result
 (:mod:`~orchestrator.engine.commit`)."""
 
-from .dispatch import DEFAULT_WINDOW, StageError, dispatch
+# the function dispatch stays in its module: re-exported here it would shadow the module
+from .dispatch import DEFAULT_WINDOW, StageError
 from .program import Batch, Cut, NodeProgram, Program, build_program, unit_ranges
 from .trace import Trace
 from .window import Fetch, Window, Write
@@ -21,6 +22,5 @@ __all__ = [
     "Window",
     "Write",
     "build_program",
-    "dispatch",
     "unit_ranges",
 ]

@@ -143,6 +143,7 @@ def run_ionode(
     """
     from distributed import Future, get_client, get_worker, secede
 
+    t_task = time.time()
     token, s = info["token"], node.ionode
     secede()  # a long task: free the thread so cut tasks may run here too
     client = get_client()
@@ -244,6 +245,7 @@ def run_ionode(
             "nbytes": np.array(t_bytes, dtype=np.int64),
             "flush": (f0, f1),
             "peak_held": peak,
+            "task_start": t_task,
             "checksums": {f"{k[0]}:{k[1]}": v for k, v in sums.items()},
         }
     finally:
