@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files import remove_path
 from ..storage import get_backend
 from .program import Batch, NodeProgram
 from .window import Fetch, Window, Write
@@ -104,9 +105,15 @@ def cut(
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
 
 
-def _check(token: str) -> None:
+def _check(token: str, worker: Any = None) -> None:
     if token in _ABORTED:
         raise Aborted(f"stage {token} aborted")
+    # a worker told to close (scancel, SIGTERM) stops writing before its process goes
+    if worker is not None and getattr(worker.status, "name", "running") not in (
+        "running",
+        "paused",
+    ):
+        raise Aborted(f"stage {token}: the worker is closing")
 
 
 def run_ionode(
@@ -155,9 +162,11 @@ def run_ionode(
     arrived: dict[int, list[Any]] = {}
     futures: dict[tuple[int, int], Any] = {dc: Future(k, client=client) for dc, k in keys.items()}
     writer = get_backend(fmt).writer(info, s, aggregate)
+    me = get_worker()
     t_unit, t_start, t_end, t_bytes = [], [], [], []
+    ok = False
     try:
-        _check(token)
+        _check(token, me)
 
         def fetch(b: Batch) -> None:
             cuts = []
@@ -191,7 +200,7 @@ def run_ionode(
             datasets, cut_of, pos = r.dataset.tolist(), b.cut.tolist(), b.pos.tolist()
             slot = b.slot.tolist()
             for i in range(len(units)):
-                _check(token)
+                _check(token, me)
                 got = bufs[cut_of[i]]
                 if isinstance(got, list):  # one view per range
                     view = memoryview(got[slot[i]])
@@ -224,7 +233,7 @@ def run_ionode(
             try:
                 kind, b, payload = events.get(timeout=0.2)
             except queue.Empty:
-                _check(token)
+                _check(token, me)
                 continue
             if kind == "error":
                 raise payload
@@ -236,9 +245,10 @@ def run_ionode(
         writer.flush()
         f1 = time.time()
         sums = writer.checksums()
+        ok = True
         return {
             "ionode": s,
-            "worker": get_worker().address,
+            "worker": me.address,
             "unit": np.array(t_unit, dtype=np.int64),
             "start": np.array(t_start),
             "end": np.array(t_end),
@@ -258,5 +268,10 @@ def run_ionode(
                     f.release()
             for f in futures.values():
                 f.release()
+            if not ok:
+                # the stage failed: its process removes the temporary output, but a
+                # write of ours may have recreated part of it after that (a Zarr
+                # store makes its directories), so the last writer removes it too
+                remove_path(info["path"])
             with _LOCK:
                 _ACTIVE.discard((token, s))
