@@ -339,8 +339,8 @@ def run(
     between processes), then every policy. With ``anchors=False`` only the
     raw write and the policies run (for stages too large to hold in this
     process, and to read the I/O workers' peak memory of the stage alone).
-    All are fsync'd; the order rotates between rounds so none is always first. A warm-up write of the
-    stage's size comes first (a fresh machine's first writes fault in page
+    All are fsync'd; the order rotates between rounds so none is always
+    first. A warm-up write of the stage's size comes first (a fresh machine's first writes fault in page
     cache pages and would penalize whichever row ran first). Outputs are
     verified (policies: by the commit protocol) and deleted.
 
