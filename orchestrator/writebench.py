@@ -340,8 +340,9 @@ def run(
     raw write and the policies run (for stages too large to hold in this
     process, and to read the I/O workers' peak memory of the stage alone).
     All are fsync'd; the order rotates between rounds so none is always
-    first. A warm-up write of the stage's size comes first (a fresh machine's first writes fault in page
-    cache pages and would penalize whichever row ran first). Outputs are
+    first. A warm-up write of the stage's size comes first (a fresh
+    machine's first writes fault in page cache pages and would penalize
+    whichever row ran first). Outputs are
     verified (policies: by the commit protocol) and deleted.
 
     Examples
