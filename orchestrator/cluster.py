@@ -222,6 +222,7 @@ def local_cluster(
             "cls": Nanny,
             "options": {
                 **common,
+                **({"env": io_env} if io_env else {}),
                 "name": f"compute-{j}",
                 "nthreads": threads_per_compute,
                 "memory_limit": compute_memory if compute_memory is not None else memory_limit,

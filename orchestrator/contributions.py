@@ -124,9 +124,15 @@ class Contribution:
         >>> Contribution(0, [3, 4, 7], np.arange(3.0)).cut(3, 5).tolist()
         [0.0, 1.0]
         """
-        lo = int(np.searchsorted(self.rows, start_row))
+        rows = self.rows
+        if not rows.flags.aligned:
+            # unpickled on a worker, the rows may sit unaligned in a message frame, and
+            # searchsorted would copy the whole array on every call: align them once
+            rows = np.require(rows, requirements=["A"])
+            object.__setattr__(self, "rows", rows)
+        lo = int(np.searchsorted(rows, start_row))
         hi = lo + (stop_row - start_row)
-        if hi > self.rows.size or self.rows[lo] != start_row or self.rows[hi - 1] != stop_row - 1:
+        if hi > rows.size or rows[lo] != start_row or rows[hi - 1] != stop_row - 1:
             raise ContributionError(
                 f"client {self.client} does not hold all rows {start_row}..{stop_row - 1}"
             )

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,13 @@ class StageResult:
     plan: Plan
     trace: Trace
     seconds: float
+    #: seconds spent in each phase: prepare (contributions, assignment, layout), plan,
+    #: create (the empty target), dispatch (writes, fsync, checksums), commit
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
-        """Bytes written per second of the whole stage (plan, dispatch, verify, commit)."""
+        """Bytes written per second of the whole stage (plan, dispatch, checksums, commit)."""
         return float(self.plan.transfers.total_bytes) / self.seconds
 
 
@@ -251,13 +254,16 @@ def write_stage(
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         datasets, remote = _localize(cl, datasets, unique)
+        clock = _Clock()
         staged, transfers, missing = _prepare(
             datasets, cl.n_ionodes, stripe_bytes, strategy, assignment, unique, allow_missing,
             backend,
         )  # fmt: skip
         if get_policy(policy).default_block_size is not None and "block_size" not in policy_options:
             policy_options["block_size"] = max(min(p.layout.stripe_bytes for p in staged.parts), 1)
+        clock.lap("prepare")
         plan = schedule(transfers, policy, cost=cost, seed=seed, **policy_options)
+        clock.lap("plan")
         info = backend.create(tmp, staged.specs, [p.layout for p in staged.parts])
         info["token"] = tmp.name
         info.setdefault("stripe_bytes", {})
@@ -267,14 +273,17 @@ def write_stage(
             if missing[spec.name].size:
                 backend.fill(info, spec, missing[spec.name])
                 fills += fill_pieces(d, spec, part.layout.stripe_bytes, missing[spec.name])
+        clock.lap("create")
         trace, sums = dispatch(cl, backend.name, info, staged, plan, datasets, remote,
                                aggregate=strategy == "two-phase", fills=fills,
                                window=window)  # fmt: skip
+        clock.lap("dispatch")
         manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
         if attrs:
             manifest["attrs"] = {str(k): dict(v) for k, v in attrs.items()}
         backend.finish(tmp, manifest)
         commit(tmp, target, overwrite)  # renamed over an old target, never deleting it first
+        clock.lap("commit")
     except BaseException:
         # remove first: under a batch system SIGKILL follows SIGTERM within
         # seconds, and stopping the writers waits on workers that may be dying
@@ -285,7 +294,20 @@ def write_stage(
     finally:
         if own:
             cl.close()
-    return StageResult(target, manifest, plan, trace, time.perf_counter() - t_start)
+    return StageResult(target, manifest, plan, trace, time.perf_counter() - t_start, clock.laps)
+
+
+class _Clock:
+    """Seconds between successive laps, by name."""
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self.t
+        self.t = now
 
 
 def _manifest(fmt: str, staged: Staged, plan: Plan, trace: Trace, sums: dict[str, str],

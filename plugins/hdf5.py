@@ -10,8 +10,10 @@ its manifest are committed by one rename.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,12 @@ class _PositionedWriter(Writer):
             _pwrite_all(self.fd, data, pos)
 
     def end_batch(self) -> None:
+        self._write_pending()
+        # start writing the batch to disk now, in the background, so the final fsync
+        # has little left to do: the disk works while the next batch arrives
+        start_writeback(self.fd)
+
+    def _write_pending(self) -> None:
         if not self.pending:
             return
         self.pending.sort(key=lambda p: p[0])
@@ -82,7 +90,7 @@ class _PositionedWriter(Writer):
         self.pending.clear()
 
     def flush(self) -> None:
-        self.end_batch()
+        self._write_pending()
         os.fsync(self.fd)
 
     def checksums(self) -> dict[tuple[str, int], str]:
@@ -93,6 +101,39 @@ class _PositionedWriter(Writer):
 
     def release(self) -> None:
         os.close(self.fd)
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+_sync_file_range: Any = None
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing ``fd``'s dirty pages to disk, without waiting.
+
+    ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`` on Linux; nothing
+    elsewhere (the final fsync then does all the work). Durability still
+    comes only from the fsync.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as f:
+    ...     _ = f.write(b"x")
+    ...     f.flush()
+    ...     start_writeback(f.fileno())
+    """
+    global _sync_file_range
+    if _sync_file_range is None:
+        _sync_file_range = False
+        if sys.platform.startswith("linux"):
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                _sync_file_range = fn
+            except (OSError, AttributeError):
+                pass
+    if _sync_file_range:
+        _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 def _joined(chunks: list[memoryview]) -> memoryview:

@@ -79,7 +79,10 @@ def commit(tmp: Path, target: Path, overwrite: bool) -> None:
                     os.link(tmp, target)  # fails if the name exists: no silent replace
                     os.unlink(tmp)
         elif not tmp.is_dir():
-            os.replace(tmp, target)  # atomic over the old file
+            # atomic over the old file; freeing the old one's blocks happens inside this
+            # call (a while for a large file on a disk mounted with `discard`), as with
+            # h5py's mode "w" truncating it
+            os.replace(tmp, target)
         elif _renameat2(tmp, target, _RENAME_EXCHANGE):
             remove_path(tmp)  # the old target, now under the temporary name
         else:  # no exchange: move the old one aside first, never delete it before
