@@ -830,7 +830,7 @@ def bench_stage(
     console.print(t)
     console.print(
         "times from submitting the tasks to the last result (orchestrated: committed, with "
-        "read-back checksums); both outputs spot-checked"
+        "checksums computed while writing); both outputs spot-checked"
     )
 
 

@@ -10,7 +10,7 @@ to the I/O workers in the planned order and are committed atomically.
 
 Both run in one session on the same embedded cluster, alternating, and both
 outputs are checked; the ratio is baseline time ÷ orchestrated time. The
-orchestrated time includes what a commit costs (fsync, read-back checksums);
+orchestrated time includes what a commit costs (fsync, checksums, rename);
 the baseline is given without and with a final fsync of its output.
 """
 
