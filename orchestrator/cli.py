@@ -515,8 +515,9 @@ def write_bench_cmd(
         "s: median seconds (best s: the fastest round; ratios are throughput ÷ the anchor's), "
         "everything included (policies: plan, dispatch, checksums while "
         "writing, fsync, commit; anchors: open, write, close, fsync). Planned makespan uses a "
-        "cost model measured in this run (worker-to-worker copy rate, raw disk); realized is "
-        f"first write to last fsync. Saved {out / 'results.json'}."
+        "cost model measured in this run (a calibration stage of equal loads gives each I/O "
+        "node's rate); realized is first write to last fsync. "
+        f"Saved {out / 'results.json'}."
     )
     held = max((r.peak_held for r in rows), default=0)
     console.print(
@@ -604,8 +605,8 @@ def run_bips3d(
                                   local_directory) as cl:  # fmt: skip
                 n_io = cl.n_ionodes
                 # planning and the auto rule see this machine's link and disk, measured
-                cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20))
-                net = cost.network_bandwidth
+                cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20), directory=out)
+                net = cost.network_bandwidth * n_io
                 total = repeat * (1 if strategy == "sequential" else len(methods))
                 prog.update(task, description="dumping", total=total)
                 results = bips3d.run_methods(
@@ -634,7 +635,8 @@ def _report_bips3d(
         f"{case.indices.size // 2:,} edges, {case.n_parts} partitions, halo {case.halo} "
         f"({100 * case.replicas.replicated_fraction:.1f} % shared); load {load} -> {mb:,.1f} MB; "
         f"{policy}, {fmt}, {ionodes} I/O workers, stripes of {stripe_bytes / 2**20:g} MiB; "
-        f"raw sequential write {raw / 1e6:,.0f} MB/s, worker-to-worker {net / 1e6:,.0f} MB/s",
+        f"raw sequential write {raw / 1e6:,.0f} MB/s, calibration stage {net / 1e6:,.0f} MB/s "
+        "(all I/O workers)",
         soft_wrap=True,
     )
     t = Table()
@@ -777,6 +779,7 @@ def bench_stage(
     quick: Annotated[bool, typer.Option(help="256 MiB, 16 tasks, both formats.")] = False,
     policy: Annotated[str, typer.Option(help="Policy of the orchestrated stage.")] = "ecf",
     ionodes: Annotated[int, typer.Option(min=1, help="I/O workers.")] = 4,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs of each way; medians shown.")] = 3,
     out: Annotated[Path, typer.Option(help="Directory on the disk to measure.")] = Path(
         "out/bench-stage"
     ),
@@ -809,7 +812,7 @@ def bench_stage(
             task = prog.add_task("bench stage", total=total)
             step = partial(prog.update, task, advance=1)
             rows = run_bench(cl, out, size_list, task_list, fmt_list, policy=policy,
-                             advance=lambda m: step(description=m))  # fmt: skip
+                             advance=lambda m: step(description=m), repeat=repeat)  # fmt: skip
     except (StageError, StorageError, *USER_ERRORS) as e:
         raise _fail(str(e)) from None
     console.print(
@@ -829,8 +832,9 @@ def bench_stage(
                   f"{r.durable_speedup:.2f}")  # fmt: skip
     console.print(t)
     console.print(
-        "times from submitting the tasks to the last result (orchestrated: committed, with "
-        "checksums computed while writing); both outputs spot-checked"
+        f"median of {repeat} runs each, after an untimed warm-up; times from submitting the "
+        "tasks to the last result (orchestrated: committed, with checksums computed while "
+        "writing); both outputs spot-checked"
     )
 
 

@@ -8,14 +8,17 @@ shard) — what a straightforward script does;
 :func:`~orchestrator.output_stage`; their blocks go from the compute workers
 to the I/O workers in the planned order and are committed atomically.
 
-Both run in one session on the same embedded cluster, alternating, and both
-outputs are checked; the ratio is baseline time ÷ orchestrated time. The
+Both run in one session on the same embedded cluster, after an untimed
+warm-up of each, ``repeat`` times alternating which goes first (medians
+are reported), and both outputs are checked; the ratio is baseline time ÷
+orchestrated time. The
 orchestrated time includes what a commit costs (fsync, checksums, rename);
 the baseline is given without and with a final fsync of its output.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -131,6 +134,7 @@ def run(
     policy: str = "ecf",
     stripe_bytes: int = 8 << 20,
     advance: Callable[[str], None] = lambda msg: None,
+    repeat: int = 3,
 ) -> list[StageBenchRow]:
     """Time both ways for every (size, tasks, format); outputs are checked, then deleted.
 
@@ -143,36 +147,59 @@ def run(
     directory.mkdir(parents=True, exist_ok=True)
     compute = cluster.compute or cluster.ionodes
     rows = []
+
+    def baseline(fmt: str, ext: str, n_rows: int, tasks: int) -> tuple[float, float]:
+        base = directory / f"baseline.{ext}"
+        remove_path(base)
+        _create_baseline(base, fmt, n_rows)
+        t0 = time.perf_counter()
+        futures = [cluster.client.submit(_baseline_task, str(base), fmt, r, tasks, n_rows,
+                                         workers=[compute[r % len(compute)]], pure=False)
+                   for r in range(tasks)]  # fmt: skip
+        assert sum(cluster.client.gather(futures)) == n_rows
+        t_base = time.perf_counter() - t0
+        fsync_tree(base) if base.is_dir() else fsync_path(base)  # durable, like a commit
+        t_sync = time.perf_counter() - t0
+        _check(base, fmt, n_rows)
+        remove_path(base)
+        os.sync()  # the deletion settles here, untimed
+        return t_base, t_sync
+
+    def orchestrated(fmt: str, ext: str, n_rows: int, tasks: int) -> float:
+        orch = directory / f"orchestrated.{ext}"
+        remove_path(orch)
+        stage = output_stage(_stage_task, target=str(orch), clients=tasks, format=fmt,
+                             policy=policy, stripe_bytes=stripe_bytes)  # fmt: skip
+        t0 = time.perf_counter()
+        futures = [cluster.client.submit(stage, 0, r, tasks, n_rows, pure=False,
+                                         workers=[compute[r % len(compute)]])
+                   for r in range(tasks)]  # fmt: skip
+        cluster.client.gather(futures)
+        t_orch = time.perf_counter() - t0
+        _check(orch, fmt, n_rows)
+        remove_path(orch)
+        os.sync()
+        return t_orch
+
     for fmt in formats:
         ext = "zarr" if fmt == "zarr" else "h5"
+        # warm-up of both ways (imports, compiled kernels, worker clients), untimed
+        baseline(fmt, ext, 4096, 4)
+        orchestrated(fmt, ext, 4096, 4)
         for nbytes in sizes:
             n_rows = max(1, nbytes // (WIDTH * 8))
             for tasks in task_counts:
-                base = directory / f"baseline.{ext}"
-                orch = directory / f"orchestrated.{ext}"
-                for p in (base, orch):
-                    remove_path(p)
-                _create_baseline(base, fmt, n_rows)
-                t0 = time.perf_counter()
-                futures = [cluster.client.submit(_baseline_task, str(base), fmt, r, tasks, n_rows,
-                                                 workers=[compute[r % len(compute)]], pure=False)
-                           for r in range(tasks)]  # fmt: skip
-                assert sum(cluster.client.gather(futures)) == n_rows
-                t_base = time.perf_counter() - t0
-                fsync_tree(base) if base.is_dir() else fsync_path(base)  # durable, like a commit
-                t_sync = time.perf_counter() - t0
-                stage = output_stage(_stage_task, target=str(orch), clients=tasks, format=fmt,
-                                     policy=policy, stripe_bytes=stripe_bytes)  # fmt: skip
-                t0 = time.perf_counter()
-                futures = [cluster.client.submit(stage, 0, r, tasks, n_rows, pure=False,
-                                                 workers=[compute[r % len(compute)]])
-                           for r in range(tasks)]  # fmt: skip
-                cluster.client.gather(futures)
-                t_orch = time.perf_counter() - t0
-                _check(base, fmt, n_rows)
-                _check(orch, fmt, n_rows)
-                for p in (base, orch):
-                    remove_path(p)
-                rows.append(StageBenchRow(tasks, n_rows * WIDTH * 8, fmt, t_base, t_sync, t_orch))
+                bases, syncs, orchs = [], [], []
+                for r in range(repeat):  # alternating which way goes first
+                    if r % 2:
+                        orchs.append(orchestrated(fmt, ext, n_rows, tasks))
+                    b, sy = baseline(fmt, ext, n_rows, tasks)
+                    bases.append(b)
+                    syncs.append(sy)
+                    if not r % 2:
+                        orchs.append(orchestrated(fmt, ext, n_rows, tasks))
+                rows.append(StageBenchRow(tasks, n_rows * WIDTH * 8, fmt,
+                                          float(np.median(bases)), float(np.median(syncs)),
+                                          float(np.median(orchs))))  # fmt: skip
                 advance(f"{fmt}, {nbytes >> 20} MiB, {tasks} tasks")
     return rows

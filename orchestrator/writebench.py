@@ -157,23 +157,60 @@ def raw_write_bandwidth(
     return nbytes / seconds
 
 
-def calibrated_cost(cluster: IOCluster, raw_bandwidth: float, nbytes: int = 256 << 20) -> CostModel:
-    """A planning model of this machine, measured: each I/O node gets an equal share of the
-    cluster's concurrent worker-to-worker copy rate and of the raw disk bandwidth.
+def calibrated_cost(
+    cluster: IOCluster,
+    raw_bandwidth: float,
+    nbytes: int = 256 << 20,
+    directory: Path | None = None,
+) -> CostModel:
+    """A planning model of this machine, measured: what one I/O node moves and writes per second
+    while all of them work at once.
 
-    The copy rate is measured with every I/O worker receiving at once
-    (:meth:`~orchestrator.cluster.IOCluster.ingest_bandwidth`), because that is
-    what a stage does; a single transfer alone is several times faster on a
-    small machine and would make every realized makespan look slow.
+    With ``directory``, a calibration stage of ``nbytes`` (equal loads, one
+    contiguous piece per client and I/O node, so its plan is trivially at
+    its lower bound) is written there twice through the engine; the second
+    run's bytes per I/O node ÷ its realized makespan is the rate. That rate
+    includes everything a byte costs on its way (cut, worker-to-worker copy,
+    write, checksum, writeback), which on a small machine share the same
+    CPUs — the rates of the parts alone would overstate it. Without
+    ``directory``, the concurrent worker-to-worker copy rate
+    (:meth:`~orchestrator.cluster.IOCluster.ingest_bandwidth`) and the raw
+    disk bandwidth are shared equally by the I/O nodes.
 
     Examples
     --------
-    >>> calibrated_cost(cluster, 400e6).name  # doctest: +SKIP
+    >>> calibrated_cost(cluster, 400e6, directory=Path("out")).name  # doctest: +SKIP
     'calibrated'
     """
     n = cluster.n_ionodes
-    return CostModel(network_bandwidth=cluster.ingest_bandwidth(nbytes) / n,
-                     disk_bandwidth=raw_bandwidth / n,
+    if directory is None:
+        return CostModel(network_bandwidth=cluster.ingest_bandwidth(nbytes) / n,
+                         disk_bandwidth=raw_bandwidth / n,
+                         network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
+    width = 128
+    n_rows = max(n * 2, nbytes // (width * 8))
+    spec = DatasetSpec("calibration", (n_rows, width), "float64")
+    clients = 2 * n
+    bounds = np.linspace(0, n_rows, clients + 1).astype(np.int64)
+    parts = [cluster.client.submit(contribution, c, np.arange(bounds[c], bounds[c + 1]), width,
+                                   pure=False, workers=[cluster.compute_worker(c)])
+             for c in range(clients)]  # fmt: skip
+    stripe = max(spec.row_bytes, -(-spec.nbytes // clients))  # one stripe per client
+    target = directory / f".calibration-{os.getpid()}.h5"
+    rate = float("inf")
+    try:
+        for _ in range(2):  # the first run also warms the workers up
+            res = write_stage(target, {spec.name: (spec, parts)}, policy="ecf",
+                              cluster=cluster, stripe_bytes=stripe, overwrite=True,
+                              cost="modern")  # fmt: skip
+            remove_path(target)
+            os.sync()
+            rate = spec.nbytes / n / max(res.trace.makespan, 1e-6)
+    finally:
+        remove_path(target)
+        for p in parts:
+            p.release()
+    return CostModel(network_bandwidth=rate, disk_bandwidth=max(raw_bandwidth / n, rate),
                      network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
 
 
@@ -362,7 +399,7 @@ def run(
     raw_write_bandwidth(directory, spec.nbytes, data=values)  # warm-up
     os.sync()
     raw0 = raw_write_bandwidth(directory, spec.nbytes, data=values)
-    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 1 << 30 if anchors else 64 << 20))
+    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 256 << 20), directory=directory)
     try:
         import adios2  # noqa: F401
 
