@@ -294,7 +294,10 @@ def write_stage(
     finally:
         if own:
             cl.close()
-    return StageResult(target, manifest, plan, trace, time.perf_counter() - t_start, clock.laps)
+    seconds = time.perf_counter() - t_start
+    log.info("stage %s: %.3f s, %s, realized makespan %.3f s", target, seconds,
+             ", ".join(f"{k} {v:.3f} s" for k, v in clock.laps.items()), trace.makespan)  # fmt: skip
+    return StageResult(target, manifest, plan, trace, seconds, clock.laps)
 
 
 class _Clock:
