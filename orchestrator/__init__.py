@@ -18,17 +18,75 @@ Examples
 40.0
 """
 
+import importlib
 import logging
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-from .capturing import CaptureError, capture
-from .checkpoint import Checkpoint, CheckpointError, latest_checkpoint, open_checkpoint
-from .cost import PRESETS, CostModel, CostModelError, get_cost_model
-from .intercept import OutputStage, output_stage
-from .plan import Plan, PlanError, Units, lower_bound
-from .policies import Policy, PolicyError, policies, schedule
-from .replicas import IntervalStats, ReplicaError, ReplicaSets, assign, interval_stats, replica_sets
-from .simulate import Simulation, simulate
-from .transfers import TransferSet, TransferSetError
+if TYPE_CHECKING:
+    from .capturing import CaptureError, capture
+    from .checkpoint import Checkpoint, CheckpointError, latest_checkpoint, open_checkpoint
+    from .cost import PRESETS, CostModel, CostModelError, get_cost_model
+    from .intercept import OutputStage, output_stage
+    from .plan import Plan, PlanError, Units, lower_bound
+    from .policies import Policy, PolicyError, policies, schedule
+    from .replicas import (
+        IntervalStats,
+        ReplicaError,
+        ReplicaSets,
+        assign,
+        interval_stats,
+        replica_sets,
+    )
+    from .simulate import Simulation, simulate
+    from .transfers import TransferSet, TransferSetError
+
+# The public names load on first use (PEP 562): a worker process that only
+# unpickles an engine task (an I/O worker writing its batches) then imports
+# what that task needs, not the scheduling kernels, Numba and SciPy (about
+# 50 MB of resident memory per worker).
+_LAZY = {
+    "capturing": ("CaptureError", "capture"),
+    "checkpoint": ("Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"),
+    "cost": ("PRESETS", "CostModel", "CostModelError", "get_cost_model"),
+    "intercept": ("OutputStage", "output_stage"),
+    "plan": ("Plan", "PlanError", "Units", "lower_bound"),
+    "policies": ("Policy", "PolicyError", "policies", "schedule"),
+    "replicas": ("IntervalStats", "ReplicaError", "ReplicaSets", "assign", "interval_stats",
+                 "replica_sets"),
+    "simulate": ("Simulation", "simulate"),
+    "transfers": ("TransferSet", "TransferSetError"),
+}  # fmt: skip
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
+
+class _Package(types.ModuleType):
+    """``orchestrator.policies`` and ``orchestrator.simulate`` are functions, named like
+    their modules: importing a submodule must not rebind the package attribute to it
+    (the import system sets it; eagerly imported, the function used to win)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            return  # the module stays in sys.modules; the name keeps meaning the function
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 logging.getLogger("orchestrator").addHandler(logging.NullHandler())
 

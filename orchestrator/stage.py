@@ -295,8 +295,9 @@ def write_stage(
         if own:
             cl.close()
     seconds = time.perf_counter() - t_start
-    log.info("stage %s: %.3f s, %s, realized makespan %.3f s", target, seconds,
-             ", ".join(f"{k} {v:.3f} s" for k, v in clock.laps.items()), trace.makespan)  # fmt: skip
+    phases = ", ".join(f"{k} {v:.3f} s" for k, v in clock.laps.items())
+    log.info("stage %s: %.3f s, %s, realized makespan %.3f s", target, seconds, phases,
+             trace.makespan)  # fmt: skip
     return StageResult(target, manifest, plan, trace, seconds, clock.laps)
 
 

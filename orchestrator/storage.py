@@ -24,6 +24,7 @@ __all__ = [
     "StorageError",
     "WholeStripeWriter",
     "Writer",
+    "fold_crc32",
     "get_backend",
     "stripe_checksum",
     "stripe_meta",
@@ -45,6 +46,46 @@ def stripe_checksum(data: bytes | memoryview) -> str:
     '352441c2'
     """
     return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+
+
+_CRC32_COMBINE: Any = None
+
+
+def fold_crc32(crcs: Sequence[int], lengths: Sequence[int]) -> int:
+    """CRC-32 of the concatenation of pieces given in byte order, from their CRC-32s.
+
+    zlib's own ``crc32_combine`` (the system's libz, through ctypes: Python's
+    ``zlib`` module does not expose it); where libz cannot be loaded, the
+    Numba kernel :func:`orchestrator.kernels.crc.fold` (same values).
+
+    Examples
+    --------
+    >>> fold_crc32([zlib.crc32(b"ab"), zlib.crc32(b"cde")], [2, 3]) == zlib.crc32(b"abcde")
+    True
+    """
+    global _CRC32_COMBINE
+    if _CRC32_COMBINE is None:
+        _CRC32_COMBINE = False
+        try:
+            import ctypes
+            import ctypes.util
+
+            fn = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1").crc32_combine
+            fn.restype = ctypes.c_ulong
+            fn.argtypes = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long]
+            _CRC32_COMBINE = fn
+        except (OSError, AttributeError):
+            pass
+    if _CRC32_COMBINE:
+        acc = 0
+        for c, n in zip(crcs, lengths, strict=True):
+            acc = int(_CRC32_COMBINE(acc, c, n)) & 0xFFFFFFFF
+        return acc
+    import numpy as np
+
+    from .kernels import crc
+
+    return int(crc.fold(np.array(crcs, dtype=np.uint32), np.array(lengths, dtype=np.int64)))
 
 
 class PieceChecksums:
@@ -80,10 +121,6 @@ class PieceChecksums:
 
     def result(self) -> dict[tuple[str, int], str]:
         """``(dataset, stripe offset) -> CRC-32`` of every stripe touched; pieces must tile it."""
-        import numpy as np
-
-        from .kernels import crc
-
         out = {}
         for (name, start), pieces in self.pieces.items():
             pieces.sort()
@@ -93,9 +130,8 @@ class PieceChecksums:
                     raise StorageError(f"{name}: stripe at byte {start} has a gap or an "
                                        f"overlap at byte {at}")  # fmt: skip
                 at += n
-            value = crc.fold(np.array([p[2] for p in pieces], dtype=np.uint32),
-                             np.array([p[1] for p in pieces], dtype=np.int64))  # fmt: skip
-            out[(name, start)] = f"{int(value):08x}"
+            value = fold_crc32([p[2] for p in pieces], [p[1] for p in pieces])
+            out[(name, start)] = f"{value:08x}"
         return out
 
 

@@ -4,11 +4,30 @@ effects that run them on Dask (:mod:`~orchestrator.engine.dispatch` on the stage
 side, :mod:`~orchestrator.engine.worker` on the workers) and commit the result
 (:mod:`~orchestrator.engine.commit`)."""
 
-# the function dispatch stays in its module: re-exported here it would shadow the module
-from .dispatch import DEFAULT_WINDOW, StageError
-from .program import Batch, Cut, NodeProgram, Program, build_program, unit_ranges
-from .trace import Trace
-from .window import Fetch, Window, Write
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .dispatch import DEFAULT_WINDOW, StageError
+    from .program import Batch, Cut, NodeProgram, Program, build_program, unit_ranges
+    from .trace import Trace
+    from .window import Fetch, Window, Write
+
+# loaded on first use: an I/O worker unpickling engine.worker.run_ionode must not
+# import dispatch (and through it the plan and the scheduling kernels). The
+# function dispatch stays in its module: re-exported here it would shadow it.
+_WHERE = {"DEFAULT_WINDOW": "dispatch", "StageError": "dispatch", "Batch": "program",
+          "Cut": "program", "NodeProgram": "program", "Program": "program",
+          "build_program": "program", "unit_ranges": "program", "Trace": "trace",
+          "Fetch": "window", "Window": "window", "Write": "window"}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator.engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
 
 __all__ = [
     "DEFAULT_WINDOW",

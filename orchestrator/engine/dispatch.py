@@ -237,7 +237,7 @@ def _complete_fill_only(
     sums: dict[str, str],
 ) -> None:  # fmt: skip
     """Stripes no piece touched hold only fill values: their checksum is the fills' fold."""
-    from ..kernels import crc
+    from ..storage import fold_crc32
 
     for node in program.nodes:
         for d, off, n in node.stripes:
@@ -247,9 +247,8 @@ def _complete_fill_only(
             mine = sorted(p for p in fills if p[0] == d and off <= p[1] < off + n)
             if sum(p[2] for p in mine) != n:
                 raise StageError(f"{name}: stripe at byte {off} was not written by any I/O node")
-            value = crc.fold(np.array([p[3] for p in mine], dtype=np.uint32),
-                             np.array([p[2] for p in mine], dtype=np.int64))  # fmt: skip
-            sums[f"{name}:{off}"] = f"{int(value):08x}"
+            value = fold_crc32([p[3] for p in mine], [p[2] for p in mine])
+            sums[f"{name}:{off}"] = f"{value:08x}"
 
 
 def stop(cl: IOCluster, token: str, timeout: float = 30.0) -> None:
