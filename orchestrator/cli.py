@@ -605,7 +605,8 @@ def run_bips3d(
                                   local_directory) as cl:  # fmt: skip
                 n_io = cl.n_ionodes
                 # planning and the auto rule see this machine's link and disk, measured
-                cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20), directory=out)
+                cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20), directory=out,
+                                       fmt=format)  # fmt: skip
                 net = cost.network_bandwidth * n_io
                 total = repeat * (1 if strategy == "sequential" else len(methods))
                 prog.update(task, description="dumping", total=total)

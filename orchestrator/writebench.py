@@ -162,13 +162,15 @@ def calibrated_cost(
     raw_bandwidth: float,
     nbytes: int = 256 << 20,
     directory: Path | None = None,
+    fmt: str = "hdf5",
 ) -> CostModel:
     """A planning model of this machine, measured: what one I/O node moves and writes per second
     while all of them work at once.
 
     With ``directory``, a calibration stage of ``nbytes`` (equal loads, one
     contiguous piece per client and I/O node, so its plan is trivially at
-    its lower bound) is written there twice through the engine; the second
+    its lower bound) is written there twice through the engine, in format
+    ``fmt``; the second
     run's bytes per I/O node ÷ its realized makespan is the rate. That rate
     includes everything a byte costs on its way (cut, worker-to-worker copy,
     write, checksum, writeback), which on a small machine share the same
@@ -196,13 +198,13 @@ def calibrated_cost(
                                    pure=False, workers=[cluster.compute_worker(c)])
              for c in range(clients)]  # fmt: skip
     stripe = max(spec.row_bytes, -(-spec.nbytes // clients))  # one stripe per client
-    target = directory / f".calibration-{os.getpid()}.h5"
+    target = directory / f".calibration-{os.getpid()}.{'h5' if fmt == 'hdf5' else 'd'}"
     rate = float("inf")
     try:
         for _ in range(2):  # the first run also warms the workers up
             res = write_stage(target, {spec.name: (spec, parts)}, policy="ecf",
                               cluster=cluster, stripe_bytes=stripe, overwrite=True,
-                              cost="modern")  # fmt: skip
+                              cost="modern", format=fmt)  # fmt: skip
             remove_path(target)
             os.sync()
             rate = spec.nbytes / n / max(res.trace.makespan, 1e-6)
@@ -399,7 +401,8 @@ def run(
     raw_write_bandwidth(directory, spec.nbytes, data=values)  # warm-up
     os.sync()
     raw0 = raw_write_bandwidth(directory, spec.nbytes, data=values)
-    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 256 << 20), directory=directory)
+    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 256 << 20), directory=directory,
+                           fmt=fmt)  # fmt: skip
     try:
         import adios2  # noqa: F401
 
