@@ -107,11 +107,20 @@ class IOCluster:
             best = min(best, time.perf_counter() - t0)
             # release, not cancel: cancelling a key together with its dependent
             # trips an assertion in the scheduler (stimulus_cancel, ts.who_wants)
-            self._release([size, blob])
+            self.release([size, blob])
         return nbytes / best
 
-    def _release(self, futures: list[Any], timeout: float = 10.0) -> None:
-        """Release futures and wait until this client has dropped them (release is async)."""
+    def release(self, futures: list[Any], timeout: float = 10.0) -> None:
+        """Release futures and wait until this client has dropped them (release is async).
+
+        Prefer this to ``Client.cancel`` for futures that depend on each other:
+        cancelling a key together with its dependent trips an assertion in the
+        scheduler (``stimulus_cancel``: ``assert ts.who_wants``).
+
+        Examples
+        --------
+        >>> cl.release([blob, size])  # doctest: +SKIP
+        """
         keys = {f.key for f in futures}
         for f in futures:
             f.release()
@@ -153,7 +162,7 @@ class IOCluster:
                  for s, bs in enumerate(blobs)]  # fmt: skip
         moved = sum(self.client.gather(sinks))
         seconds = time.perf_counter() - t0
-        self._release([*sinks, *(b for bs in blobs for b in bs)])
+        self.release([*sinks, *(b for bs in blobs for b in bs)])
         return moved / seconds
 
     def worker_pids(self) -> dict[str, int]:

@@ -346,8 +346,8 @@ def dump(
                               overwrite=overwrite)  # fmt: skip
             n_writers = case.n_parts
     finally:  # what this call put on the workers goes when it is done
-        if temporary:
-            cluster.client.cancel(temporary)
+        if temporary:  # root depends on parts: release, not cancel (see IOCluster.release)
+            cluster.release(temporary)
     verify_dump(target, load)
     return DumpResult(
         method=method if strategy != "sequential" else "root",
@@ -445,7 +445,7 @@ def run_methods(
                                     **options))  # fmt: skip
                 advance(f"{m} in {time.perf_counter() - t0:.1f} s")
     finally:
-        cluster.client.cancel(parts)
+        cluster.release(parts)
     return [sorted(r, key=lambda x: x.write_seconds)[(len(r) - 1) // 2] for r in runs.values()]
 
 
