@@ -303,6 +303,8 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
 def _live_workers(cl: IOCluster) -> set[str]:
     """Addresses of the workers the scheduler knows now (a fresh query, not the client cache)."""
     # Client.scheduler_info() returns a cache that a background refresh may
-    # replace with one that lists no workers; ask the scheduler directly.
-    identity = cl.client.sync(cl.client.scheduler.identity, n_workers=-1)
-    return set(identity.get("workers", {}))
+    # replace with one that lists no workers; ask the scheduler directly, with
+    # its smallest answer (address -> threads): identity() carries every
+    # worker's metrics, and decoding it twice a second on the event loop of a
+    # leader's worker slowed the transfers that loop serves
+    return set(cl.client.sync(cl.client.scheduler.ncores))
