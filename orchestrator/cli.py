@@ -833,9 +833,9 @@ def bench_stage(
                   f"{r.durable_speedup:.2f}")  # fmt: skip
     console.print(t)
     console.print(
-        f"median of {repeat} runs each, after an untimed warm-up; times from submitting the "
-        "tasks to the last result (orchestrated: committed, with checksums computed while "
-        "writing); both outputs spot-checked"
+        f"median of {repeat} runs each, after an untimed full-size warm-up; times from "
+        "submitting the tasks to the last result (orchestrated: committed, with checksums "
+        "computed while writing); both outputs spot-checked"
     )
 
 

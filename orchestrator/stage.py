@@ -296,8 +296,8 @@ def write_stage(
             cl.close()
     seconds = time.perf_counter() - t_start
     phases = ", ".join(f"{k} {v:.3f} s" for k, v in clock.laps.items())
-    log.info("stage %s: %.3f s, %s, realized makespan %.3f s", target, seconds, phases,
-             trace.makespan)  # fmt: skip
+    log.info("stage %s: %.3f s (started at %.2f), %s, realized makespan %.3f s", target, seconds,
+             time.time() - seconds, phases, trace.makespan)  # fmt: skip
     return StageResult(target, manifest, plan, trace, seconds, clock.laps)
 
 

@@ -9,11 +9,13 @@ shard) — what a straightforward script does;
 to the I/O workers in the planned order and are committed atomically.
 
 Both run in one session on the same embedded cluster, after an untimed
-warm-up of each, ``repeat`` times alternating which goes first (medians
-are reported), and both outputs are checked; the ratio is baseline time ÷
-orchestrated time. The
-orchestrated time includes what a commit costs (fsync, checksums, rename);
-the baseline is given without and with a final fsync of its output.
+full-size warm-up of each (the first checkpoint of a workflow pays for
+faulting in memory and loading compiled kernels; the next ones do not),
+``repeat`` times alternating which goes first (medians are reported),
+each run after an untimed write of its size (as in write-bench); both
+outputs are checked, and the ratio is baseline time ÷ orchestrated time.
+The orchestrated time includes what a commit costs (fsync, checksums,
+rename); the baseline is given without and with a final fsync of its output.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 from .files import fsync_path, fsync_tree, remove_path
 from .intercept import output_stage
+from .writebench import raw_write_bandwidth
 
 __all__ = ["StageBenchRow", "block", "run"]
 
@@ -148,9 +151,16 @@ def run(
     compute = cluster.compute or cluster.ionodes
     rows = []
 
+    def settle(nbytes: int) -> None:
+        # untimed, before every run alike: on a virtual machine memory freed a while
+        # ago goes back to the host and is slow to touch again (see write-bench)
+        raw_write_bandwidth(directory, nbytes)
+        os.sync()
+
     def baseline(fmt: str, ext: str, n_rows: int, tasks: int) -> tuple[float, float]:
         base = directory / f"baseline.{ext}"
         remove_path(base)
+        settle(n_rows * WIDTH * 8)
         _create_baseline(base, fmt, n_rows)
         t0 = time.perf_counter()
         futures = [cluster.client.submit(_baseline_task, str(base), fmt, r, tasks, n_rows,
@@ -168,6 +178,7 @@ def run(
     def orchestrated(fmt: str, ext: str, n_rows: int, tasks: int) -> float:
         orch = directory / f"orchestrated.{ext}"
         remove_path(orch)
+        settle(n_rows * WIDTH * 8)
         stage = output_stage(_stage_task, target=str(orch), clients=tasks, format=fmt,
                              policy=policy, stripe_bytes=stripe_bytes)  # fmt: skip
         t0 = time.perf_counter()
@@ -190,6 +201,11 @@ def run(
             n_rows = max(1, nbytes // (WIDTH * 8))
             for tasks in task_counts:
                 bases, syncs, orchs = [], [], []
+                # untimed, at full size: a workflow checkpoints every few steps, so the
+                # first checkpoint's costs (faulting in memory, loading compiled kernels
+                # on the worker that leads) are not what each checkpoint costs
+                baseline(fmt, ext, n_rows, tasks)
+                orchestrated(fmt, ext, n_rows, tasks)
                 for r in range(repeat):  # alternating which way goes first
                     if r % 2:
                         orchs.append(orchestrated(fmt, ext, n_rows, tasks))
