@@ -367,3 +367,30 @@ def test_split_opt_plan_of_variable_size_pieces_is_executed_exactly(cluster, tmp
     assert np.array_equal(data["ids"], np.arange(3000, dtype=np.int32))
     assert verify(target) == []
     assert res.trace.nbytes.sum() == plan.transfers.total_bytes
+
+
+def test_two_stages_on_one_target_exactly_one_commits(cluster, tmp_path):
+    """Both pass the early existence check; the commit lets only one of them take the name."""
+    datasets, truth = _case(seed=7)
+    target = tmp_path / "race.h5"
+    outcomes: list[object] = []
+
+    def go():
+        try:
+            outcomes.append(write_stage(target, datasets, policy="ecf", cluster=cluster,
+                                        stripe_bytes=1024))  # fmt: skip
+        except StorageError as err:
+            outcomes.append(err)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [o for o in outcomes if isinstance(o, StorageError)]
+    assert len(outcomes) == 2
+    # never both: the second fails at the early check or, if both passed it, at the commit
+    assert len(errors) == 1 and "exists" in str(errors[0])
+    assert np.array_equal(_read("hdf5", target)["u"], truth)
+    assert verify(target) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["race.h5"], "a temporary output was left"
