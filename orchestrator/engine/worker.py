@@ -168,7 +168,8 @@ def run_ionode(
     the stage's process filled in this node's stripes.
 
     Returns the trace (per range: unit, start, end, bytes), the flush's
-    span, the most batch bytes held at once, and the stripe checksums.
+    span, the most batch bytes held at once, when the task started (to see
+    how far apart the I/O nodes began), and the stripe checksums.
 
     Examples
     --------
