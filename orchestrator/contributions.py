@@ -115,6 +115,21 @@ class Contribution:
             object.__setattr__(self, "rows", r[order])
             object.__setattr__(self, "values", v[order])
 
+    def aligned_rows(self) -> npt.NDArray[np.int64]:
+        """The row ids, aligned in memory (realigned once, in place, if they are not).
+
+        Unpickled on a worker, the rows may sit unaligned in a message frame,
+        and every ``searchsorted`` over them would copy the whole array.
+
+        Examples
+        --------
+        >>> Contribution(0, [3, 4], np.zeros(2)).aligned_rows().flags.aligned
+        True
+        """
+        if not self.rows.flags.aligned:
+            object.__setattr__(self, "rows", np.require(self.rows, requirements=["A"]))
+        return self.rows
+
     def cut(self, start_row: int, stop_row: int) -> npt.NDArray[Any]:
         """Values of rows ``start_row .. stop_row - 1``; all must be held by this client.
 
@@ -124,12 +139,7 @@ class Contribution:
         >>> Contribution(0, [3, 4, 7], np.arange(3.0)).cut(3, 5).tolist()
         [0.0, 1.0]
         """
-        rows = self.rows
-        if not rows.flags.aligned:
-            # unpickled on a worker, the rows may sit unaligned in a message frame, and
-            # searchsorted would copy the whole array on every call: align them once
-            rows = np.require(rows, requirements=["A"])
-            object.__setattr__(self, "rows", rows)
+        rows = self.aligned_rows()
         lo = int(np.searchsorted(rows, start_row))
         hi = lo + (stop_row - start_row)
         if hi > rows.size or rows[lo] != start_row or rows[hi - 1] != stop_row - 1:

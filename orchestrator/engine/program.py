@@ -62,6 +62,21 @@ class Cut:
         """Bytes of the cut's buffer."""
         return int(self.ranges.nbytes.sum())
 
+    def contributions(self) -> tuple[list[tuple[int, int]], I64]:
+        """The distinct ``(dataset, client)`` contributions the cut reads, and for each range
+        the index of its contribution among them.
+
+        Examples
+        --------
+        >>> r = Ranges(*[np.array(x) for x in ([1, 0, 1], [2, 2, 2], [0, 0, 8], [8, 8, 8],
+        ...                                    [0, 0, 1])])
+        >>> Cut(0, r).contributions()
+        ([(0, 2), (1, 2)], array([1, 0, 1]))
+        """
+        pairs = np.stack([self.ranges.dataset, self.ranges.client], axis=1)
+        uniq, which = np.unique(pairs, axis=0, return_inverse=True)
+        return [(int(d), int(c)) for d, c in uniq], which.reshape(-1).astype(np.int64)
+
 
 @dataclass(frozen=True, eq=False)
 class Batch:

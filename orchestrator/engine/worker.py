@@ -107,7 +107,7 @@ def cut(
         values = con.values
         if values.dtype == dtype and values.flags.c_contiguous:
             # one vectorized lookup for all ranges; the bytes are sliced, not copied
-            rows = con.rows if con.rows.flags.aligned else np.require(con.rows, requirements=["A"])
+            rows = con.aligned_rows()
             lo = np.searchsorted(rows, r0)
             hi = lo + (r1 - r0)
             ok = (hi <= rows.size) & (rows[np.minimum(lo, rows.size - 1)] == r0)
@@ -202,12 +202,7 @@ def run_ionode(
         def fetch(b: Batch) -> None:
             cuts = []
             for c in b.cuts:
-                dcs = sorted(set(zip(c.ranges.dataset.tolist(), c.ranges.client.tolist(),
-                                     strict=True)))  # fmt: skip
-                index = {dc: j for j, dc in enumerate(dcs)}
-                which = np.array([index[dc] for dc in zip(c.ranges.dataset.tolist(),
-                                                          c.ranges.client.tolist(),
-                                                          strict=True)])  # fmt: skip
+                dcs, which = c.contributions()
                 cuts.append(client.submit(
                     cut, [futures[dc] for dc in dcs], which, c.ranges.offset, c.ranges.nbytes,
                     [row_bytes[d] for d, _ in dcs], [dtypes[d] for d, _ in dcs],
