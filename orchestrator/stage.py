@@ -158,6 +158,7 @@ def write_stage(
     seed: int = 0,
     attrs: Mapping[str, Mapping[str, Any]] | None = None,
     window: int = DEFAULT_WINDOW,
+    direct: bool = True,
     **policy_options: Any,
 ) -> StageResult:
     """Write contributed datasets to ``target`` through the I/O workers, in plan order.
@@ -195,6 +196,12 @@ def write_stage(
     window : int
         Bytes each I/O worker may hold at once (data fetched ahead of the
         write in progress); its memory for the stage is bounded by it.
+    direct : bool
+        Let workers on an I/O worker's host write their pieces into its file
+        themselves, batch by batch as that I/O worker orders them, instead
+        of sending the bytes (``"hdf5"`` and ``"hdf5-vds"``; on one machine
+        this removes the copy between processes). False sends every byte to
+        the I/O workers, as on separate machines.
 
     Returns
     -------
@@ -231,6 +238,8 @@ def write_stage(
         raise StorageError(f"{target} exists; pass overwrite=True to replace it")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise StageError(f"window must be a positive number of bytes, got {window!r}")
+    if not isinstance(direct, bool):
+        raise StageError(f"direct must be True or False, got {direct!r}")
     if not target.parent.is_dir():
         raise StorageError(f"directory {target.parent} does not exist")
     if not os.access(target.parent, os.W_OK):
@@ -276,7 +285,7 @@ def write_stage(
         clock.lap("create")
         trace, sums = dispatch(cl, backend.name, info, staged, plan, datasets, remote,
                                aggregate=strategy == "two-phase", fills=fills,
-                               window=window)  # fmt: skip
+                               window=window, direct=direct)  # fmt: skip
         clock.lap("dispatch")
         manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
         if attrs:

@@ -167,6 +167,22 @@ class Writer(ABC):
     def release(self) -> None:
         """Close files."""
 
+    def file_identity(self) -> tuple[int, int] | None:
+        """``(st_dev, st_ino)`` of the plain file this writer writes raw bytes into, or None.
+
+        A writer that answers writes each piece at a fixed position of one
+        file (:meth:`write_at`) and needs no state between pieces but the
+        checksums: any process on the same host that opens the same file
+        may then write pieces itself (direct writes, see
+        :mod:`orchestrator.engine`). The default, None, means pieces must
+        come to this writer.
+        """
+        return None
+
+    def write_at(self, dataset: str, offset: int, data: memoryview) -> None:
+        """Write the piece at its position, without checksumming it (direct writes only)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
+
 
 class WholeStripeWriter(Writer):
     """A writer that gathers each stripe's pieces in memory and stores the stripe whole, once.

@@ -10,10 +10,7 @@ its manifest are committed by one rename.
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
+from orchestrator.directio import PAGE, PositionedFile
 from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
 from orchestrator.storage import (
@@ -42,15 +40,16 @@ def _set_attrs(f: Any, manifest: dict[str, Any]) -> None:
 
 
 class _PositionedWriter(Writer):
-    """Positioned writes into one file descriptor, checksummed piece by piece as written.
+    """Positioned writes into one file, checksummed piece by piece as written.
 
+    Whole pages go to the device directly (:class:`~orchestrator.directio.PositionedFile`).
     With ``aggregate`` (two-phase), a batch's pieces are gathered and written
     at the end of the batch as contiguous runs, in file order; memory stays
     bounded by the batch.
     """
 
-    def __init__(self, fd: int, stripe_bytes: dict[str, int], aggregate: bool) -> None:
-        self.fd = fd
+    def __init__(self, path: str, stripe_bytes: dict[str, int], aggregate: bool) -> None:
+        self.file = PositionedFile(path)
         self.sums = PieceChecksums(stripe_bytes)
         self.aggregate = aggregate
         self.pending: list[tuple[int, memoryview]] = []
@@ -65,13 +64,19 @@ class _PositionedWriter(Writer):
         if self.aggregate:
             self.pending.append((pos, data))
         else:
-            _pwrite_all(self.fd, data, pos)
+            self.file.write(pos, data)
+
+    def write_at(self, dataset: str, offset: int, data: memoryview) -> None:
+        self.file.write(self.position(dataset, offset), data)
+
+    def file_identity(self) -> tuple[int, int] | None:
+        return self.file.identity()
 
     def end_batch(self) -> None:
         self._write_pending()
-        # start writing the batch to disk now, in the background, so the final fsync
-        # has little left to do: the disk works while the next batch arrives
-        start_writeback(self.fd)
+        # start writing the batch's cached bytes to disk now, in the background, so the
+        # final fsync has little left to do: the disk works while the next batch arrives
+        self.file.start_writeback()
 
     def _write_pending(self) -> None:
         if not self.pending:
@@ -84,14 +89,14 @@ class _PositionedWriter(Writer):
                 chunks.append(blob)
                 at += len(blob)
                 continue
-            _pwrite_all(self.fd, _joined(chunks), run_start)
+            self.file.write(run_start, _joined(chunks))
             run_start, chunks, at = pos, [blob], pos + len(blob)
-        _pwrite_all(self.fd, _joined(chunks), run_start)
+        self.file.write(run_start, _joined(chunks))
         self.pending.clear()
 
     def flush(self) -> None:
         self._write_pending()
-        os.fsync(self.fd)
+        self.file.fsync()
 
     def checksums(self) -> dict[tuple[str, int], str]:
         return self.sums.result()
@@ -100,40 +105,7 @@ class _PositionedWriter(Writer):
         self.sums.add_crc(dataset, offset, nbytes, crc)
 
     def release(self) -> None:
-        os.close(self.fd)
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range: Any = None
-
-
-def start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing ``fd``'s dirty pages to disk, without waiting.
-
-    ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`` on Linux; nothing
-    elsewhere (the final fsync then does all the work). Durability still
-    comes only from the fsync.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> with tempfile.TemporaryFile() as f:
-    ...     _ = f.write(b"x")
-    ...     f.flush()
-    ...     start_writeback(f.fileno())
-    """
-    global _sync_file_range
-    if _sync_file_range is None:
-        _sync_file_range = False
-        if sys.platform.startswith("linux"):
-            try:
-                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-                _sync_file_range = fn
-            except (OSError, AttributeError):
-                pass
-    if _sync_file_range:
-        _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        self.file.close()
 
 
 def _joined(chunks: list[memoryview]) -> memoryview:
@@ -146,19 +118,10 @@ class HDF5Writer(_PositionedWriter):
     def __init__(self, info: dict[str, Any], aggregate: bool) -> None:
         self.path = info["path"]
         self.offsets: dict[str, int] = info["offsets"]
-        super().__init__(os.open(self.path, os.O_RDWR), info["stripe_bytes"], aggregate)
+        super().__init__(self.path, info["stripe_bytes"], aggregate)
 
     def position(self, dataset: str, offset: int) -> int:
         return self.offsets[dataset] + offset
-
-
-def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
-    done = 0
-    while done < len(data):
-        n = os.pwrite(fd, data[done:], pos + done)
-        if n <= 0:
-            raise StorageError(f"short write at byte {pos + done}")
-        done += n
 
 
 class HDF5Backend(Backend):
@@ -172,7 +135,8 @@ class HDF5Backend(Backend):
         import h5py
 
         offsets = {}
-        with h5py.File(tmp, "w") as f:
+        # datasets start on a page, so whole pages of their pieces can go to the device directly
+        with h5py.File(tmp, "w", alignment_threshold=PAGE, alignment_interval=PAGE) as f:
             for spec in specs:
                 dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
                 dcpl.set_layout(h5py.h5d.CONTIGUOUS)
@@ -242,7 +206,7 @@ class SubfileWriter(_PositionedWriter):
         self.n = info["n_ionodes"]
         self.stripe: dict[str, int] = info["stripe_bytes"]
         self.base: dict[str, int] = info["offsets"][ionode]
-        super().__init__(os.open(info["subfiles"][ionode], os.O_RDWR), self.stripe, aggregate)
+        super().__init__(info["subfiles"][ionode], self.stripe, aggregate)
 
     def position(self, dataset: str, offset: int) -> int:
         sb = self.stripe[dataset]
@@ -308,7 +272,7 @@ class HDF5SubfileBackend(HDF5Backend):
         names = [f"io-{k}.h5" for k in range(n)]
         offsets: list[dict[str, int]] = [{} for _ in range(n)]
         for k, sub in enumerate(names):
-            with h5py.File(tmp / sub, "w") as f:
+            with h5py.File(tmp / sub, "w", alignment_threshold=PAGE, alignment_interval=PAGE) as f:
                 for spec, lay in zip(specs, layouts, strict=True):
                     rows = self._rows_on(spec, lay, k)
                     if self.compression is not None:  # one chunk per stripe, one writer each

@@ -80,28 +80,55 @@ def test_stage_writes_exact_data_and_verifies(
     assert m["plan"]["units"] == res.plan.n_units == res.trace.unit.size
     assert sorted(res.trace.unit.tolist()) == list(range(res.plan.n_units))
     assert res.trace.nbytes.sum() == res.plan.transfers.total_bytes == 3000 * 16 + 3000 * 4
-    # every write ran on the I/O worker of its I/O node
+    # every write ran on the I/O worker of its I/O node, or (direct writes into a plain
+    # file, never aggregated) on the worker holding the data
+    direct_ok = fmt in ("hdf5", "hdf5-vds") and strategy != "two-phase"
     for s, w in zip(res.trace.ionode.tolist(), res.trace.worker, strict=True):
-        assert w == cluster.ionodes[s]
+        assert w == cluster.ionodes[s] or (direct_ok and w in cluster.compute)
+    if direct_ok:
+        assert set(res.trace.worker) & set(cluster.compute)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary output left"
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["sent", "direct"])
 @pytest.mark.parametrize(
     ("policy", "window"),
     [("ecf", 4096), ("hdf", 1 << 20), ("hash-ios", 2048), ("ms-ecf", 64 << 20)],
 )
-def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, window):
+def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, window, direct):
     """Ordered, block-splitting and decentralized plans: each I/O node writes its units in
-    the plan's order, whatever the window (tiny windows force many fetch rounds)."""
+    the plan's order, whatever the window (tiny windows force many fetch rounds).
+
+    Sent: the I/O worker writes every unit itself, strictly in plan order. Direct: the
+    workers holding the data write it when the I/O node's batch comes up, so units of
+    one batch may run side by side; still no unit ends before a unit planned earlier
+    on its I/O node has started, and every unit is written by its I/O worker or by
+    the worker holding it."""
     datasets, truth = _case(seed=1)
     res = write_stage(tmp_path / "o.h5", datasets, policy=policy, cluster=cluster,
-                      stripe_bytes=1024, window=window)  # fmt: skip
+                      stripe_bytes=1024, window=window, direct=direct)  # fmt: skip
     plan, tr = res.plan, res.trace
+    compute = set(cluster.compute)
     for s in range(cluster.n_ionodes):
-        realized = tr.ionode_sequence(s)
-        assert realized.tolist() == plan.ionode_sequence(s).tolist()
-        assert np.all(np.diff(tr.start[tr.ionode == s]) >= 0)
-        assert set(tr.worker[i] for i in np.flatnonzero(tr.ionode == s)) == {cluster.ionodes[s]}
+        mine = np.flatnonzero(tr.ionode == s)
+        writers = {tr.worker[i] for i in mine}
+        planned = plan.ionode_sequence(s)
+        assert sorted(tr.unit[mine].tolist()) == sorted(planned.tolist())
+        if not direct:
+            assert tr.ionode_sequence(s).tolist() == planned.tolist()
+            assert np.all(np.diff(tr.start[mine]) >= 0)
+            assert writers == {cluster.ionodes[s]}
+            continue
+        at = {int(u): i for u, i in zip(tr.unit[mine], mine, strict=True)}
+        order = np.array([at[u] for u in planned.tolist()])
+        first, last = tr.batch_first[order], tr.batch_last[order]
+        assert np.all(np.diff(first) >= 0) and np.all(last >= first)  # batches follow the plan
+        for k in range(int(last.max()) + 1):  # batch k is written before batch k + 1 begins
+            done = order[last <= k]
+            later = order[first > k]
+            if done.size and later.size:
+                assert tr.end[done].max() <= tr.start[later].min()
+        assert writers <= compute | {cluster.ionodes[s]} and writers & compute
     assert tr.flush_end.size == cluster.n_ionodes
     assert tr.makespan >= float(tr.end.max() - tr.start.min())
     assert np.array_equal(_read("hdf5", tmp_path / "o.h5")["u"], truth)
@@ -118,12 +145,19 @@ def test_io_worker_memory_is_bounded_by_the_window(cluster, tmp_path):
     parts = [Contribution(c, rows[c::4], values[c::4]) for c in range(4)]  # every row alternates
     window = 128 << 10
     res = write_stage(tmp_path / "m.h5", {"u": (spec, parts)}, policy="ecf", cluster=cluster,
-                      stripe_bytes=64 << 10, strategy="list", window=window)  # fmt: skip
+                      stripe_bytes=64 << 10, strategy="list", window=window,
+                      direct=False)  # fmt: skip
     peaks = res.trace.peak_held
     assert peaks.size == cluster.n_ionodes and peaks.min() > 0
     assert peaks.max() <= window
     assert res.plan.transfers.total_bytes >= 16 * window
     assert verify(tmp_path / "m.h5") == []
+    # written directly by the workers holding the data, nothing reaches the I/O workers
+    res = write_stage(tmp_path / "d.h5", {"u": (spec, parts)}, policy="ecf", cluster=cluster,
+                      stripe_bytes=64 << 10, strategy="list", window=window)  # fmt: skip
+    assert res.trace.peak_held.max() == 0
+    assert set(res.trace.worker) <= set(cluster.compute)
+    assert verify(tmp_path / "d.h5") == []
 
 
 def test_hdf5_subfiles_are_read_through_a_virtual_dataset(cluster, tmp_path):

@@ -259,3 +259,81 @@ def test_commit_refuses_to_replace_a_directory_by_a_file(tmp_path):
     with pytest.raises(StorageError, match="is a directory"):
         commit(tmp_path / "new.h5", tmp_path / "results", overwrite=True)
     assert (tmp_path / "results" / "mine.txt").read_text() == "keep"
+
+
+# ------------------------------------------------------------------ direct I/O
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_positioned_file_writes_every_piece_exactly(tmp_path_factory, data):
+    """Pieces of any size, position, buffer alignment and order, some sharing pages, written
+    half through O_DIRECT and half through the cache: the file equals the oracle's bytes."""
+    from orchestrator.directio import PAGE, PositionedFile
+
+    path = tmp_path_factory.mktemp("pf") / "f.bin"
+    size = data.draw(st.integers(1, 24 * PAGE))
+    cuts = sorted(data.draw(st.sets(st.integers(1, size - 1), max_size=10))) if size > 1 else []
+    bounds = [0, *cuts, size]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    truth = rng.integers(0, 256, size, dtype=np.uint8)
+    path.write_bytes(b"")
+    direct = data.draw(st.booleans())
+    f = PositionedFile(path, direct=direct)
+    order = data.draw(st.permutations(range(len(bounds) - 1)))
+    for i in order:
+        a, b = bounds[i], bounds[i + 1]
+        skew = data.draw(st.integers(0, 7))  # the caller's buffer starts anywhere
+        buf = np.empty(b - a + skew, np.uint8)[skew:]
+        buf[:] = truth[a:b]
+        f.write(a, memoryview(buf))
+    f.fsync()
+    f.close()
+    assert path.read_bytes() == truth.tobytes()
+
+
+def test_positioned_file_sends_whole_pages_directly_and_falls_back_to_the_cache(tmp_path):
+    from orchestrator.directio import DIRECT_MIN, PAGE, PositionedFile
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"")
+    f = PositionedFile(path)
+    assert f.direct  # ext4 under the tests takes O_DIRECT
+    blob = np.arange(DIRECT_MIN + 3 * PAGE, dtype=np.uint8)
+    f.write(PAGE - 5, memoryview(blob))
+    f.close()
+    assert path.read_bytes()[PAGE - 5 :] == blob.tobytes()
+    os.environ["IORCH_DIRECT_IO"] = "0"
+    try:
+        assert not PositionedFile(path).direct
+    finally:
+        del os.environ["IORCH_DIRECT_IO"]
+
+
+def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
+    """write_cut on a source that opens another file than its I/O node writes nothing and
+    returns the bytes; on the same file it writes them and returns their CRC-32s."""
+    from orchestrator.contributions import Contribution
+    from orchestrator.engine.worker import write_cut
+    from orchestrator.storage import get_backend
+
+    spec = DatasetSpec("u", (6,), "int64")
+    backend = get_backend("hdf5")
+    info = backend.create(tmp_path / "o.h5", [spec], [StripeLayout(1, 48)])
+    info["token"] = "o.h5"
+    con = Contribution(0, np.arange(6), np.arange(10, 16, dtype=np.int64))
+    args = ([con], np.array([0, 0]), np.array([0, 24]), np.array([24, 24]), [8], ["<i8"],
+            ["u"], [0, 0])  # fmt: skip
+    before = (tmp_path / "o.h5").read_bytes()
+    kind, parts = write_cut("hdf5", info, 0, (0, 0), *args)
+    assert kind == "data" and b"".join(bytes(p) for p in parts) == con.values.tobytes()
+    assert (tmp_path / "o.h5").read_bytes() == before
+    st_ = os.stat(tmp_path / "o.h5")
+    kind, crcs, start, end = write_cut("hdf5", info, 0, (st_.st_dev, st_.st_ino), *args)
+    assert kind == "written" and np.all(end >= start)
+    raw = con.values.tobytes()
+    assert crcs.tolist() == [zlib.crc32(raw[:24]), zlib.crc32(raw[24:])]
+    import h5py
+
+    with h5py.File(tmp_path / "o.h5") as h:
+        assert h["u"][:].tolist() == list(range(10, 16))

@@ -175,13 +175,17 @@ def dispatch(
     fills: Sequence[tuple[int, int, int, int]] = (),
     window: int = DEFAULT_WINDOW,
     batch_bytes: int | None = None,
+    direct: bool = True,
 ) -> tuple[Trace, dict[str, str]]:
     """Run the plan on the I/O workers; return the trace and the stripe checksums.
 
     Each I/O worker executes its units in plan order, fetching the next
     batches (at most ``window`` bytes held) while it writes. On failure it
     raises :class:`StageError`; the caller stops the writers (:func:`stop`)
-    and removes the temporary output.
+    and removes the temporary output. ``direct`` lets sources on an I/O
+    worker's host write their pieces themselves (see
+    :mod:`orchestrator.engine.worker`); False sends every byte to the I/O
+    workers.
 
     Examples
     --------
@@ -214,7 +218,7 @@ def dispatch(
         mine = {dc: k for dc, k in keys.items() if dc in used}  # fmt: skip
         writers.append(cl.client.submit(
             run_ionode, fmt, info, node, names, mine, addrs, program.priority[s], row_bytes,
-            dtypes, aggregate, window, node_fills[s], resources={f"io-{s}": 1}, pure=False,
+            dtypes, aggregate, window, node_fills[s], direct, resources={f"io-{s}": 1}, pure=False,
         ))  # fmt: skip
     try:
         _wait_watching(cl, writers)

@@ -16,7 +16,9 @@ __all__ = ["Trace"]
 class Trace:
     """One row per executed unit, in the order each I/O node wrote them (seconds from start).
 
-    ``start``/``end`` span the writes of the unit's bytes; ``flush_start`` /
+    ``start``/``end`` span the writes of the unit's bytes; ``worker`` is who
+    wrote them (the I/O worker, or with direct writes the worker holding
+    them); ``flush_start`` /
     ``flush_end`` (one per I/O node) the final flush (fsync) that makes
     them durable; ``peak_held`` (one per I/O node) the most bytes of
     batches it held at once, which its window bounds. Times are wall-clock
@@ -33,6 +35,10 @@ class Trace:
     flush_end: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     #: per I/O node, the most batch bytes it held at once (fetching, fetched, being written)
     peak_held: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per unit, the first and the last batch of its I/O node holding its bytes (batches are
+    #: written one after another; with direct writes a batch's units may run side by side)
+    batch_first: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    batch_last: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def makespan(self) -> float:
@@ -67,10 +73,15 @@ class Trace:
             # ranges of one unit are consecutive in write order (a unit is never interleaved)
             head = np.concatenate(([True], u[1:] != u[:-1]))
             idx = np.flatnonzero(head)
-            ends = np.concatenate((idx[1:], [u.size])) - 1
-            rows.append((u[idx], np.full(idx.size, r["ionode"]), r["start"][idx],
-                         r["end"][ends], np.add.reduceat(r["nbytes"], idx),
-                         [r["worker"]] * idx.size))  # fmt: skip
+            # a direct write's ranges are written by their sources, side by side
+            by = r.get("by", np.full(u.size, -1))[idx]
+            names = [r["worker"] if b < 0 else r["sources"][b] for b in by.tolist()]
+            batch = r.get("batch", np.zeros(u.size, np.int64))
+            lo, hi, add = np.minimum.reduceat, np.maximum.reduceat, np.add.reduceat
+            rows.append((u[idx], np.full(idx.size, r["ionode"]), lo(r["start"], idx),
+                         hi(r["end"], idx), add(r["nbytes"], idx), names, lo(batch, idx),
+                         hi(batch, idx)))  # fmt: skip
+
         flush = np.array([r["flush"] for r in results]) if results else np.zeros((0, 2))
         peak = np.array([r.get("peak_held", 0) for r in results], dtype=np.int64)
         if not rows:
@@ -87,4 +98,6 @@ class Trace:
             flush_start=flush[:, 0] - t0,
             flush_end=flush[:, 1] - t0,
             peak_held=peak,
+            batch_first=np.concatenate([r[6] for r in rows]).astype(np.int64),
+            batch_last=np.concatenate([r[7] for r in rows]).astype(np.int64),
         )

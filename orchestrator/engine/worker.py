@@ -7,6 +7,16 @@ planned start over all I/O nodes) and gathers their buffers in a background
 thread, so data moves — worker to worker, through Dask's comms — while the
 loop writes the batch before. A *Write* hands the batch's ranges to the
 backend's writer in plan order; the writer checksums them as it writes.
+
+**Direct writes.** A source on the I/O worker's own host does not send its
+bytes: when the batch comes up, it writes its cut into the I/O node's file
+itself (:func:`write_cut`, positioned writes) and returns the CRC-32 of each
+range. On one machine this removes the copy between processes, which is
+what bounds a stage there; the I/O node still decides the order (batch by
+batch, in plan order), checksums every stripe and makes it durable. Only
+writers that put raw bytes at fixed positions of a plain file allow it
+(:meth:`~orchestrator.storage.Writer.file_identity`); a source that sees
+another file (another mount) sends its bytes instead.
 """
 
 from __future__ import annotations
@@ -14,8 +24,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any
 
 import numpy as np
@@ -26,7 +38,7 @@ from ..storage import get_backend
 from .program import Batch, NodeProgram
 from .window import Fetch, Window, Write
 
-__all__ = ["Aborted", "abort", "busy", "cut", "run_ionode"]
+__all__ = ["Aborted", "abort", "busy", "cut", "run_ionode", "write_cut"]
 
 #: tokens of stages told to stop (per worker process)
 _ABORTED: set[str] = set()
@@ -68,29 +80,15 @@ def busy(token: str) -> int:
         return sum(1 for t, _ in _ACTIVE if t == token)
 
 
-def cut(
+def _parts(
     contributions: Sequence[Any],
     which: np.ndarray,
     offset: np.ndarray,
     nbytes: np.ndarray,
     row_bytes: Sequence[int],
     dtypes: Sequence[str],
-) -> np.ndarray:
-    """On a source: copy byte ranges of contributions into one buffer (one Dask message).
-
-    Range ``i`` is bytes ``[offset[i], offset[i] + nbytes[i])`` of the dataset
-    of ``contributions[which[i]]``, stored as ``dtypes[which[i]]``. Large
-    ranges that need no cast come back as a list of views (Dask sends each
-    as its own frame, without copying); small ones are packed into one
-    buffer (one frame, instead of a header per few bytes).
-
-    Examples
-    --------
-    >>> from orchestrator.contributions import Contribution
-    >>> con = Contribution(0, [2, 3], np.array([7, 8], dtype=np.int32))
-    >>> cut([con], np.array([0, 0]), np.array([12, 8]), np.array([4, 4]), [4], ["<i4"]).tolist()
-    [8, 0, 0, 0, 7, 0, 0, 0]
-    """
+) -> list[np.ndarray]:
+    """The bytes of each range, as views of the contributions where no cast is needed."""
     which = np.asarray(which, dtype=np.int64)
     offset = np.asarray(offset, dtype=np.int64)
     nbytes = np.asarray(nbytes, dtype=np.int64)
@@ -127,12 +125,107 @@ def cut(
                 at += raw.size
             sources.append(np.concatenate(chunks))
     triples = zip(which.tolist(), start.tolist(), nbytes.tolist(), strict=True)
-    parts = [sources[k][s : s + n] for k, s, n in triples]
+    return [sources[k][s : s + n] for k, s, n in triples]
+
+
+def cut(
+    contributions: Sequence[Any],
+    which: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+) -> np.ndarray:
+    """On a source: copy byte ranges of contributions into one buffer (one Dask message).
+
+    Range ``i`` is bytes ``[offset[i], offset[i] + nbytes[i])`` of the dataset
+    of ``contributions[which[i]]``, stored as ``dtypes[which[i]]``. Large
+    ranges that need no cast come back as a list of views (Dask sends each
+    as its own frame, without copying); small ones are packed into one
+    buffer (one frame, instead of a header per few bytes).
+
+    Examples
+    --------
+    >>> from orchestrator.contributions import Contribution
+    >>> con = Contribution(0, [2, 3], np.array([7, 8], dtype=np.int32))
+    >>> cut([con], np.array([0, 0]), np.array([12, 8]), np.array([4, 4]), [4], ["<i4"]).tolist()
+    [8, 0, 0, 0, 7, 0, 0, 0]
+    """
+    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes)
     if len(parts) == 1:
         return parts[0]
-    if parts and int(nbytes.sum()) >= len(parts) * PACK_BELOW:
+    if parts and int(np.asarray(nbytes).sum()) >= len(parts) * PACK_BELOW:
         return parts  # type: ignore[return-value]
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def write_cut(
+    fmt: str,
+    info: dict[str, Any],
+    ionode: int,
+    identity: tuple[int, int],
+    contributions: Sequence[Any],
+    which: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    names: Sequence[str],
+    dataset: Sequence[int],
+) -> tuple[Any, ...]:
+    """On a source on the I/O node's host: write the cut's ranges into the output itself.
+
+    The direct write: the bytes go from the contributions straight into the
+    I/O node's file with positioned writes, in the cut's order, and never
+    cross between processes. Range ``i`` is as in :func:`cut`, of dataset
+    ``names[dataset[i]]``. ``identity`` is the ``(st_dev, st_ino)`` the
+    I/O node sees for the file; if this process opens another file (another
+    mount, another file system view), nothing is written and the bytes come
+    back instead, as :func:`cut` would return them, for the I/O node to write.
+
+    Returns ``("written", crc, start, end)`` (per range: CRC-32 of its bytes,
+    wall-clock span of its write) or ``("data", parts)``.
+
+    Examples
+    --------
+    Submitted by :func:`run_ionode` on the worker holding the contributions:
+
+    >>> client.submit(write_cut, "hdf5", info, 0, (2049, 1234), [con], np.array([0]),
+    ...               np.array([0]), np.array([4096]), [8], ["<f8"], ["u"], [0],
+    ...               workers=[source])  # doctest: +SKIP
+    """
+    _check(info["token"])
+    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes)
+    writer = get_backend(fmt).writer(info, ionode, False)
+    try:
+        if writer.file_identity() != tuple(identity):
+            return ("data", parts)
+        start, end = np.zeros(len(parts)), np.zeros(len(parts))
+        crcs = []
+        for i, part in enumerate(parts):
+            view = memoryview(part.data)
+            # checksummed beside the write (both release the GIL): the device is busy
+            # with the write, the CPU with the checksum
+            crcs.append(_crc_pool().submit(zlib.crc32, view))
+            start[i] = time.time()
+            writer.write_at(names[dataset[i]], int(offset[i]), view)
+            end[i] = time.time()
+        crc = np.array([c.result() for c in crcs], dtype=np.int64)
+        writer.end_batch()
+        return ("written", crc, start, end)
+    finally:
+        writer.release()
+
+
+_CRC: list[ThreadPoolExecutor] = []
+
+
+def _crc_pool() -> ThreadPoolExecutor:
+    """One thread per process that checksums what the direct writes write."""
+    with _LOCK:
+        if not _CRC:
+            _CRC.append(ThreadPoolExecutor(1, thread_name_prefix="iorch-crc"))
+        return _CRC[0]
 
 
 def _check(token: str, worker: Any = None) -> None:
@@ -159,13 +252,16 @@ def run_ionode(
     aggregate: bool,
     window: int,
     fills: Sequence[tuple[int, int, int, int]],
+    direct: bool = True,
 ) -> dict[str, Any]:
     """On I/O worker ``node.ionode``: fetch and write its batches in order; flush; checksum.
 
     ``keys[(dataset, client)]`` is the Dask key of that contribution (kept
     alive by the stage's process); ``sources[j]`` the address of source
     ``j``; ``fills`` the ``(dataset, offset, nbytes, crc)`` of missing rows
-    the stage's process filled in this node's stripes.
+    the stage's process filled in this node's stripes. With ``direct``, the
+    sources on this worker's host write their cuts into the output
+    themselves (:func:`write_cut`) when the backend's writer allows it.
 
     Returns the trace (per range: unit, start, end, bytes), the flush's
     span, the most batch bytes held at once, when the task started (to see
@@ -180,6 +276,7 @@ def run_ionode(
     ...               resources={"io-0": 1})  # doctest: +SKIP
     """
     from distributed import Future, get_client, get_worker, secede
+    from distributed.comm.addressing import get_address_host
 
     t_task = time.time()
     token, s = info["token"], node.ionode
@@ -187,62 +284,103 @@ def run_ionode(
     client = get_client()
     with _LOCK:
         _ACTIVE.add((token, s))
-    pool = ThreadPoolExecutor(2, thread_name_prefix=f"iorch-fetch-{s}")
+    pool = ThreadPoolExecutor(3, thread_name_prefix=f"iorch-fetch-{s}")
     events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
     held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
-    arrived: dict[int, list[Any]] = {}
+    arrived: dict[int, dict[int, Any]] = {}  # batch -> cut index -> its bytes
     futures: dict[tuple[int, int], Any] = {dc: Future(k, client=client) for dc, k in keys.items()}
     writer = get_backend(fmt).writer(info, s, aggregate)
     me = get_worker()
-    t_unit, t_start, t_end, t_bytes = [], [], [], []
+    t_unit, t_start, t_end, t_bytes, t_by, t_batch = [], [], [], [], [], []
     ok = False
     try:
         _check(token, me)
 
+        # direct writes: a source on this host writes its cuts into our file itself
+        # (no copy between processes); others send their bytes here
+        identity = writer.file_identity() if direct and not aggregate else None
+        here = get_address_host(me.address)
+        local = [identity is not None and get_address_host(a) == here for a in sources]
+
+        def submit(b: Batch, i: int, task: Any, *extra: Any) -> Any:
+            c = b.cuts[i]
+            dcs, which = c.contributions()
+            return client.submit(
+                task, *extra, [futures[dc] for dc in dcs], which, c.ranges.offset,
+                c.ranges.nbytes, [row_bytes[d] for d, _ in dcs], [dtypes[d] for d, _ in dcs],
+                *((names, c.ranges.dataset) if task is write_cut else ()),
+                workers=[sources[c.source]], allow_other_workers=False,
+                priority=-priority[b.index], pure=False,
+            )  # fmt: skip
+
         def fetch(b: Batch) -> None:
-            cuts = []
-            for c in b.cuts:
-                dcs, which = c.contributions()
-                cuts.append(client.submit(
-                    cut, [futures[dc] for dc in dcs], which, c.ranges.offset, c.ranges.nbytes,
-                    [row_bytes[d] for d, _ in dcs], [dtypes[d] for d, _ in dcs],
-                    workers=[sources[c.source]], allow_other_workers=False,
-                    priority=-priority[b.index], pure=False,
-                ))  # fmt: skip
+            mine = [i for i, c in enumerate(b.cuts) if not local[c.source]]
+            cuts = [submit(b, i, cut) for i in mine]
             held[b.index] = cuts
 
             def done(f: Any, b: int = b.index) -> None:
                 try:
-                    events.put(("fetched", b, f.result()))
+                    events.put(("fetched", b, dict(zip(mine, f.result(), strict=True))))
                 except BaseException as err:  # reported to the loop, which raises it
                     events.put(("error", b, err))
 
             pool.submit(client.gather, cuts).add_done_callback(done)
 
+        def write_direct(b: Batch) -> dict[int, Any]:
+            """The batch's cuts on sources of this host: they write, we wait (order holds
+            between batches; a batch's sources write side by side)."""
+            mine = [i for i, c in enumerate(b.cuts) if local[c.source]]
+            if not mine:
+                return {}
+            futs = [submit(b, i, write_cut, fmt, info, s, identity) for i in mine]
+            held[b.index].extend(futs)
+            gathering = pool.submit(client.gather, futs)
+            while True:
+                try:
+                    return dict(zip(mine, gathering.result(timeout=0.2), strict=True))
+                except FuturesTimeout:
+                    _check(token, me)
+
         def write(b: Batch) -> None:
             bufs = arrived.pop(b.index)
+            wrote = write_direct(b)
+            for i, res in wrote.items():
+                if res[0] == "data":  # the source sees another file: write its bytes here
+                    bufs[i] = res[1]
             r = b.ranges
             units, offs, sizes = r.unit.tolist(), r.offset.tolist(), r.nbytes.tolist()
             datasets, cut_of, pos = r.dataset.tolist(), b.cut.tolist(), b.pos.tolist()
             slot = b.slot.tolist()
             for i in range(len(units)):
                 _check(token, me)
-                got = bufs[cut_of[i]]
-                if isinstance(got, list):  # one view per range
-                    view = memoryview(got[slot[i]])
+                res = wrote.get(cut_of[i])
+                if res is not None and res[0] == "written":
+                    _, crc, w0, w1 = res
+                    k = slot[i]
+                    writer.add_checksum(names[datasets[i]], offs[i], sizes[i], int(crc[k]))
+                    t0, t1 = float(w0[k]), float(w1[k])
+                    t_by.append(b.cuts[cut_of[i]].source)
                 else:
-                    view = memoryview(got)[pos[i] : pos[i] + sizes[i]]
-                t0 = time.time()
-                writer.put(names[datasets[i]], offs[i], view)
+                    t_by.append(-1)
+                    got = bufs[cut_of[i]]
+                    if isinstance(got, list):  # one view per range
+                        view = memoryview(got[slot[i]])
+                    else:
+                        view = memoryview(got)[pos[i] : pos[i] + sizes[i]]
+                    t0 = time.time()
+                    writer.put(names[datasets[i]], offs[i], view)
+                    t1 = time.time()
                 t_unit.append(units[i])
                 t_start.append(t0)
-                t_end.append(time.time())
+                t_end.append(t1)
                 t_bytes.append(sizes[i])
+                t_batch.append(b.index)
             writer.end_batch()
             for f in held.pop(b.index):
                 f.release()
 
-        state = Window([b.nbytes for b in node.batches], window)
+        fetched = [sum(c.nbytes for c in b.cuts if not local[c.source]) for b in node.batches]
+        state = Window(fetched, window)
         todo = state.start()
         peak = state.held
         while not state.done:
@@ -263,7 +401,7 @@ def run_ionode(
                 continue
             if kind == "error":
                 raise payload
-            arrived[b] = list(payload)
+            arrived[b] = payload
             todo = state.fetched(b)
         for d, off, n, crc in fills:
             writer.add_checksum(names[d], off, n, crc)
@@ -279,6 +417,9 @@ def run_ionode(
             "start": np.array(t_start),
             "end": np.array(t_end),
             "nbytes": np.array(t_bytes, dtype=np.int64),
+            "by": np.array(t_by, dtype=np.int64),  # -1: this worker, else the source
+            "sources": list(sources),
+            "batch": np.array(t_batch, dtype=np.int64),
             "flush": (f0, f1),
             "peak_held": peak,
             "task_start": t_task,
