@@ -152,20 +152,24 @@ def _run(
     contributions: Mapping[str, list[Any]],
 ) -> Checkpoint:
     """Write one step: infer the specs, then :func:`~orchestrator.stage.write_stage`."""
-    from .stage import _is_future, write_stage
+    from .stage import _is_future, describe, write_stage
 
+    # one round of small tasks for every remote contribution of every dataset: its rows
+    # give the shape here and are handed on, so write_stage does not ask again
+    futures = [c for cs in contributions.values() for c in cs if _is_future(c)]
+    described = iter(describe(cluster, futures) if futures else [])
     datasets = {}
     for ds, contribs in contributions.items():
-        futures = [c for c in contribs if _is_future(c)]
-        summaries = [_summary(c) for c in contribs if not _is_future(c)]
-        if futures:
-            summaries += cluster.client.gather(
-                [cluster.client.submit(_summary, f, pure=False) for f in futures]
-            )
+        held = [next(described) if _is_future(c) else c for c in contribs]
+        summaries = [
+            (c.rows.size, c.shape, c.dtype, int(c.rows[-1]) if c.rows.size else -1)
+            if not isinstance(c, Contribution) else _summary(c)
+            for c in held
+        ]  # fmt: skip
         spec = infer_spec(ds, summaries, (opts.shapes or {}).get(ds))
         if opts.dtypes and ds in opts.dtypes:
             spec = DatasetSpec(ds, spec.shape, opts.dtypes[ds])
-        datasets[ds] = (spec, contribs)
+        datasets[ds] = (spec, held)
     target = opts.path(step, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     res = write_stage(target, datasets, format=opts.format, policy=opts.policy, cluster=cluster,

@@ -35,7 +35,16 @@ from .policies import get_policy, schedule
 from .storage import MANIFEST_VERSION, StorageError, get_backend, stripe_checksum
 from .transfers import TransferSet
 
-__all__ = ["StageError", "StageResult", "Trace", "open_datasets", "verify", "write_stage"]
+__all__ = [
+    "Described",
+    "StageError",
+    "StageResult",
+    "Trace",
+    "describe",
+    "open_datasets",
+    "verify",
+    "write_stage",
+]
 
 log = logging.getLogger("orchestrator.stage")
 
@@ -78,6 +87,36 @@ def _is_future(x: Any) -> bool:
     return type(x).__name__ == "Future" and hasattr(x, "key")
 
 
+@dataclass(frozen=True, eq=False)
+class Described:
+    """A contribution held by a worker (its Dask future) with what planning needs of it.
+
+    :func:`describe` makes these in one round of small tasks; a caller that
+    already needed the rows (the decorator infers the dataset's shape from
+    them) passes them on to :func:`write_stage`, which then does not ask again.
+    """
+
+    future: Any
+    client: int
+    rows: np.ndarray
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
+    """Ask the workers holding ``futures`` (Contributions) for their rows, shapes and dtypes.
+
+    One task per contribution, all at once; the values stay where they are.
+
+    Examples
+    --------
+    >>> [d.client for d in describe(cl, futures)]  # doctest: +SKIP
+    [0, 1, 2, 3]
+    """
+    got = cl.client.gather([cl.client.submit(_describe, f, pure=False) for f in futures])
+    return [Described(f, *d) for f, d in zip(futures, got, strict=True)]
+
+
 def _localize(
     cl: IOCluster,
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Any]]],
@@ -85,22 +124,25 @@ def _localize(
 ) -> tuple[dict[str, tuple[DatasetSpec, list[Contribution]]], dict[tuple[str, int], Any]]:
     """Replace contributions that live on workers (Dask futures) by stand-ins with their rows.
 
-    Their values never come to this process; only rows, shapes and dtypes do.
+    Their values never come to this process; only rows, shapes and dtypes do
+    (asked for here, or already in a :class:`Described`).
     """
     local: dict[str, tuple[DatasetSpec, list[Contribution]]] = {}
     remote: dict[tuple[str, int], Any] = {}
     for name, (spec, contribs) in datasets.items():
         futures = [c for c in contribs if _is_future(c)]
-        if futures and unique:
+        known = [c for c in contribs if isinstance(c, Described)]
+        if (futures or known) and unique:
             raise ContributionError(
                 f"dataset {name!r}: unique=True compares replica values, which needs the "
                 "contributions in this process; pass them as Contribution objects"
             )
-        described = cl.client.gather([cl.client.submit(_describe, f, pure=False) for f in futures])
-        stand = [_standin(*d) for d in described]
-        for f, d in zip(futures, described, strict=True):
-            remote[(name, d[0])] = f
-        local[name] = (spec, [c for c in contribs if not _is_future(c)] + stand)
+        stand = []
+        for d in known + (describe(cl, futures) if futures else []):
+            stand.append(_standin(d.client, d.rows, d.shape, d.dtype))
+            remote[(name, d.client)] = d.future
+        plain = [c for c in contribs if not _is_future(c) and not isinstance(c, Described)]
+        local[name] = (spec, plain + stand)
     return local, remote
 
 
@@ -143,7 +185,7 @@ def _prepare(
 
 def write_stage(
     target: str | os.PathLike[str],
-    datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution]]],
+    datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution | Described | Any]]],
     format: str = "hdf5",
     policy: str = "ms-ecf",
     cluster: IOCluster | None = None,
@@ -170,7 +212,7 @@ def write_stage(
     datasets : mapping
         ``name -> (DatasetSpec, [Contribution, ...])``; an entry may also be a
         Dask future of a Contribution living on a worker (its values are then
-        never sent to this process).
+        never sent to this process), or a :class:`Described` one.
     format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
     policy : str
         Scheduling policy (see :func:`orchestrator.policies`).

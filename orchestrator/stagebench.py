@@ -175,7 +175,7 @@ def run(
         os.sync()  # the deletion settles here, untimed
         return t_base, t_sync
 
-    def orchestrated(fmt: str, ext: str, n_rows: int, tasks: int) -> float:
+    def orchestrated(fmt: str, ext: str, n_rows: int, tasks: int, on: int = 0) -> float:
         orch = directory / f"orchestrated.{ext}"
         remove_path(orch)
         settle(n_rows * WIDTH * 8)
@@ -183,7 +183,7 @@ def run(
                              policy=policy, stripe_bytes=stripe_bytes)  # fmt: skip
         t0 = time.perf_counter()
         futures = [cluster.client.submit(stage, 0, r, tasks, n_rows, pure=False,
-                                         workers=[compute[r % len(compute)]])
+                                         workers=[compute[(r + on) % len(compute)]])
                    for r in range(tasks)]  # fmt: skip
         cluster.client.gather(futures)
         t_orch = time.perf_counter() - t0
@@ -197,6 +197,10 @@ def run(
         # warm-up of both ways (imports, compiled kernels, worker clients), untimed
         baseline(fmt, ext, 4096, 4)
         orchestrated(fmt, ext, 4096, 4)
+        # the last task to arrive leads the stage (plans it): any worker may, and each
+        # loads the compiled kernels once, so each leads one small stage here
+        for w in range(len(compute)):
+            orchestrated(fmt, ext, 4096, 1, on=w)
         for nbytes in sizes:
             n_rows = max(1, nbytes // (WIDTH * 8))
             for tasks in task_counts:

@@ -37,6 +37,27 @@ class StorageError(RuntimeError):
     """A target could not be created, written, committed or verified."""
 
 
+try:  # Intel ISA-L's CRC-32: the same values as zlib's, several times faster
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - no wheel for this platform
+    _crc32 = zlib.crc32
+
+
+def crc32(data: bytes | memoryview, value: int = 0) -> int:
+    """CRC-32 of ``data`` (zlib's polynomial and values), continuing from ``value``.
+
+    ISA-L's implementation (python-isal) where installed: the engine
+    checksums every byte it writes, and zlib's runs at a fraction of the
+    disk's speed.
+
+    Examples
+    --------
+    >>> crc32(b"abc") == zlib.crc32(b"abc")
+    True
+    """
+    return int(_crc32(data, value))
+
+
 def stripe_checksum(data: bytes | memoryview) -> str:
     """Checksum recorded per stripe / shard in the manifest (CRC-32, hex).
 
@@ -45,7 +66,7 @@ def stripe_checksum(data: bytes | memoryview) -> str:
     >>> stripe_checksum(b"abc")
     '352441c2'
     """
-    return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+    return f"{crc32(data) & 0xFFFFFFFF:08x}"
 
 
 _CRC32_COMBINE: Any = None
@@ -109,7 +130,7 @@ class PieceChecksums:
 
     def add(self, dataset: str, offset: int, data: bytes | memoryview) -> None:
         """Checksum ``data``, bytes ``[offset, offset + len(data))`` of ``dataset``."""
-        self.add_crc(dataset, offset, len(data), zlib.crc32(data))
+        self.add_crc(dataset, offset, len(data), crc32(data))
 
     def add_crc(self, dataset: str, offset: int, nbytes: int, crc: int) -> None:
         """Record a piece by its CRC-32 (bytes written by someone else, e.g. fill values)."""
@@ -311,6 +332,12 @@ class Backend(ABC):
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
         """The stripe size this format needs for ``spec`` (default: as requested)."""
         return requested
+
+    def direct_writes(self, info: dict[str, Any]) -> bool:
+        """Whether this target's writers put raw bytes at fixed file positions, so workers
+        on an I/O worker's host may write pieces themselves (:meth:`Writer.file_identity`).
+        """
+        return False
 
 
 _BACKENDS = {"hdf5": "orchestrator.plugins.hdf5:HDF5Backend",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 __all__ = ["contribute", "fail", "in_dask_task", "scheduler_client"]
@@ -149,24 +150,33 @@ def contribute(
             if isinstance(result, BaseException):
                 raise result
             return result
-        futures = {n: [client.get_dataset(f"{base}:{c}:{n}") for c in sorted(ids)] for n in names}
+        keys = [f"{base}:{c}:{n}" for n in names for c in sorted(ids)]
+        got = _each(client.get_dataset, keys)
+        futures = {n: got[i * len(ids) : (i + 1) * len(ids)] for i, n in enumerate(names)}
         try:
             ionodes, compute = _discover(client)
             result = run_stage(IOCluster(client, ionodes, compute), futures)
         except BaseException as err:  # every waiting call must learn of the failure
-            for _ in range(n_clients - 1 if wait else 0):
-                out.put(RuntimeError(f"{base}: the stage failed: {err}"))
+            _each(out.put, [RuntimeError(f"{base}: the stage failed: {err}")]
+                  * (n_clients - 1 if wait else 0))  # fmt: skip
             raise
-        finally:
-            for c in ids:
-                for n in names:
-                    client.unpublish_dataset(f"{base}:{c}:{n}")
-        for _ in range(n_clients - 1 if wait else 0):
-            out.put(result)
+        else:
+            _each(out.put, [result] * (n_clients - 1 if wait else 0))
+        finally:  # the waiting calls go first; then the contributions are let go
+            _each(client.unpublish_dataset, keys)
         return result
     finally:
         if in_task:
             rejoin()
+
+
+def _each(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``fn`` on every item at once, results in order: each call is a round trip to the
+    scheduler, and the client's calls are thread-safe, so n of them take about one."""
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(16, len(items)), thread_name_prefix="iorch-step") as pool:
+        return list(pool.map(fn, items))
 
 
 def _lock(client: Any, base: str, in_task: bool) -> Any:
@@ -203,8 +213,6 @@ def fail(base: str, client_id: int, error: BaseException, scheduler: str | None 
         client.set_metadata([base, "failed"], why)
         client.set_metadata([base, "clients"], [])
     out = Queue(f"{base}:out", client=client)
-    for _ in waiting:
-        out.put(RuntimeError(f"{base}: the step cannot be written: {why}"))
-    for name in client.list_datasets():
-        if str(name).startswith(f"{base}:"):
-            client.unpublish_dataset(name)
+    _each(out.put, [RuntimeError(f"{base}: the step cannot be written: {why}")] * len(waiting))
+    _each(client.unpublish_dataset,
+          [n for n in client.list_datasets() if str(n).startswith(f"{base}:")])  # fmt: skip

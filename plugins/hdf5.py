@@ -153,6 +153,9 @@ class HDF5Backend(Backend):
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         return HDF5Writer(info, aggregate)
 
+    def direct_writes(self, info: dict[str, Any]) -> bool:
+        return True
+
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed (allowed missing rows)."""
         import h5py
@@ -336,6 +339,9 @@ class HDF5SubfileBackend(HDF5Backend):
         if info["compression"] is not None:
             return ChunkedSubfileWriter(info, ionode)
         return SubfileWriter(info, ionode, aggregate)
+
+    def direct_writes(self, info: dict[str, Any]) -> bool:
+        return info["compression"] is None
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles.

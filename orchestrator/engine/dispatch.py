@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from distributed.comm.addressing import get_address_host
 
 from ..cluster import IOCluster
 from ..contributions import Contribution, DatasetSpec
 from ..layout import StageTransfers
 from ..plan import Plan
+from ..storage import crc32, fold_crc32, get_backend
 from .program import Program, build_program, unit_ranges
 from .trace import Trace
 from .worker import abort, busy, run_ionode
@@ -89,7 +90,7 @@ def fill_pieces(
             skip = b0 % rb
             reps = -(-(skip + end - b0) // rb)
             data = np.tile(pattern, reps)[skip : skip + end - b0]
-            out.append((d, b0, end - b0, zlib.crc32(data.data)))
+            out.append((d, b0, end - b0, crc32(data.data)))
             b0 = end
     return out
 
@@ -198,7 +199,13 @@ def dispatch(
         raise StageError(f"window must be >= 1 byte, got {window}")
     batch = batch_bytes or max(1, window // 4)
     futures, addrs, source = _place(cl, datasets, remote)
-    program = program_of(staged, plan, cl.n_ionodes, source, batch, min(batch, 2 << 20))
+    # small first batches let a fetching I/O worker start writing early; sources that
+    # write directly have nothing to wait for, and full batches cost fewer round trips
+    hosts = {get_address_host(a) for a in cl.ionodes}
+    direct = direct and not aggregate and get_backend(fmt).direct_writes(info)
+    local = direct and all(get_address_host(a) in hosts for a in addrs)
+    program = program_of(staged, plan, cl.n_ionodes, source, batch,
+                         batch if local else min(batch, 2 << 20))  # fmt: skip
     names = [s.name for s in staged.specs]
     row_bytes = [s.row_bytes for s in staged.specs]
     dtypes = [s.dtype.str for s in staged.specs]
@@ -241,7 +248,6 @@ def _complete_fill_only(
     sums: dict[str, str],
 ) -> None:  # fmt: skip
     """Stripes no piece touched hold only fill values: their checksum is the fills' fold."""
-    from ..storage import fold_crc32
 
     for node in program.nodes:
         for d, off, n in node.stripes:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -34,7 +33,7 @@ import numpy as np
 
 from ..contributions import ContributionError
 from ..files import remove_path
-from ..storage import get_backend
+from ..storage import crc32, get_backend
 from .program import Batch, NodeProgram
 from .window import Fetch, Window, Write
 
@@ -206,7 +205,7 @@ def write_cut(
             view = memoryview(part.data)
             # checksummed beside the write (both release the GIL): the device is busy
             # with the write, the CPU with the checksum
-            crcs.append(_crc_pool().submit(zlib.crc32, view))
+            crcs.append(_crc_pool().submit(crc32, view))
             start[i] = time.time()
             writer.write_at(names[dataset[i]], int(offset[i]), view)
             end[i] = time.time()
