@@ -4,8 +4,8 @@ When a decorated stage function runs inside a Dask task (``Client.submit``,
 ``Client.map``, ``dask.delayed``) — or in any process that can reach the
 orchestrator's scheduler, such as a Parsl worker — its contribution is stored
 on a Dask worker and *published* under a name the whole stage agrees on. The
-calls of one step count themselves under a distributed lock; the last one
-becomes the leader: it runs the write stage with the published futures (so
+calls of one step count themselves in one atomic step on the scheduler; the last
+one becomes the leader: it runs the write stage with the published futures (so
 pieces go worker → I/O worker, never through any client process), then hands
 the committed checkpoint to the others through a distributed queue. Waiting
 tasks secede from their worker's thread pool, so they never block the cut
@@ -127,21 +127,14 @@ def contribute(
     if in_task:
         secede()  # waiting must not hold a thread the leader's cut tasks need
     try:
-        # Lock finds the scheduler through the default client: inside a task that is the
-        # worker's own; elsewhere pass it explicitly
-        with _lock(client, base, in_task):
-            # the scheduler's metadata store: a missing key is simply the default
-            ids = list(client.get_metadata([base, "clients"], default=[]))
-            failed = client.get_metadata([base, "failed"], default=None)
-            if failed:
-                for n in names:
-                    client.unpublish_dataset(f"{base}:{client_id}:{n}")
-                raise RuntimeError(f"{base}: the step cannot be written: {failed}")
-            if client_id in ids:
-                raise RuntimeError(f"{base}: client {client_id} contributed twice to this step")
-            ids.append(client_id)
-            leader = len(ids) == n_clients
-            client.set_metadata([base, "clients"], [] if leader else ids)
+        # one atomic step on the scheduler: count this call in (or learn of a failure)
+        what, ids = client.run_on_scheduler(_arrival(base, client_id, n_clients))
+        if what == "failed":
+            _each(client.unpublish_dataset, [f"{base}:{client_id}:{n}" for n in names])
+            raise RuntimeError(f"{base}: the step cannot be written: {ids}")
+        if what == "twice":
+            raise RuntimeError(f"{base}: client {client_id} contributed twice to this step")
+        leader = what == "lead"
         out = Queue(f"{base}:out", client=client)
         if not leader and not wait:
             return None
@@ -179,12 +172,61 @@ def _each(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-def _lock(client: Any, base: str, in_task: bool) -> Any:
-    """The step's distributed lock (inside a task Lock finds the worker's client itself)."""
-    from distributed import Lock
+def _arrival(base: str, client_id: int, n_clients: int) -> Callable[..., tuple[str, Any]]:
+    """The scheduler-side step of a call arriving: ``("wait" | "lead", ids)``,
+    ``("failed", why)`` or ``("twice", None)``.
 
-    name = f"{base}:lock"
-    return Lock(name) if in_task else Lock(name, client.scheduler, client.loop)
+    Run with ``Client.run_on_scheduler``: a plain function runs on the
+    scheduler's event loop, so reading and updating the step's entry of its
+    metadata store is atomic, in one round trip and without a lock. The
+    leader takes the step's calls and leaves the count empty for its next
+    use. Defined inside a function so that it travels by value: the
+    scheduler need not import this package.
+
+    Examples
+    --------
+    >>> class Scheduler:
+    ...     task_metadata = {}
+    >>> s = Scheduler()
+    >>> _arrival("step", 1, 2)(dask_scheduler=s), _arrival("step", 0, 2)(dask_scheduler=s)
+    (('wait', [1]), ('lead', [1, 0]))
+    """
+
+    def arrive(dask_scheduler: Any = None) -> tuple[str, Any]:
+        step = dask_scheduler.task_metadata.setdefault(base, {})
+        if step.get("failed"):
+            return "failed", step["failed"]
+        ids = list(step.get("clients", []))
+        if client_id in ids:
+            return "twice", None
+        ids.append(client_id)
+        lead = len(ids) == n_clients
+        step["clients"] = [] if lead else ids
+        return ("lead" if lead else "wait"), ids
+
+    return arrive
+
+
+def _failure(base: str, why: str) -> Callable[..., list[int]]:
+    """The scheduler-side step of a failed call: mark the step failed, return who waits.
+
+    Examples
+    --------
+    >>> class Scheduler:
+    ...     task_metadata = {"step": {"clients": [3]}}
+    >>> s = Scheduler()
+    >>> _failure("step", "boom")(dask_scheduler=s), s.task_metadata
+    ([3], {'step': {'clients': [], 'failed': 'boom'}})
+    """
+
+    def mark(dask_scheduler: Any = None) -> list[int]:
+        step = dask_scheduler.task_metadata.setdefault(base, {})
+        waiting = list(step.get("clients", []))
+        step["failed"] = why
+        step["clients"] = []
+        return waiting
+
+    return mark
 
 
 def fail(base: str, client_id: int, error: BaseException, scheduler: str | None = None) -> None:
@@ -208,10 +250,7 @@ def fail(base: str, client_id: int, error: BaseException, scheduler: str | None 
     else:
         return
     why = f"client {client_id} failed: {type(error).__name__}: {error}"
-    with _lock(client, base, in_task):
-        waiting = list(client.get_metadata([base, "clients"], default=[]))
-        client.set_metadata([base, "failed"], why)
-        client.set_metadata([base, "clients"], [])
+    waiting = client.run_on_scheduler(_failure(base, why))
     out = Queue(f"{base}:out", client=client)
     _each(out.put, [RuntimeError(f"{base}: the step cannot be written: {why}")] * len(waiting))
     _each(client.unpublish_dataset,
