@@ -432,11 +432,12 @@ def write_bench_cmd(
 ) -> None:
     """Dispatch policies for real beside what a user would do instead, in one run.
 
-    Rows: the raw sequential write, h5py from one process, dask.array.to_zarr on
-    the cluster's workers, ADIOS2 BP5 (if installed), the cluster's
-    worker-to-worker copy of the same bytes without writing (the bound of any
-    dispatch between processes), and each policy — all fsync'd, median of
-    ``--repeat`` rounds. Writes ``results.json`` and ``results.csv`` to ``--out``.
+    Rows: the raw sequential write (buffered and O_DIRECT), h5py from one
+    process, dask.array.to_zarr on the cluster's workers, ADIOS2 BP5 (if
+    installed), the cluster's worker-to-worker copy of the same bytes without
+    writing (the bound of any dispatch between processes), each policy, and
+    the first policy with every byte sent to the I/O workers — all fsync'd,
+    median of ``--repeat`` rounds. Writes ``results.json`` and ``results.csv`` to ``--out``.
 
     Example: ``iorch write-bench --size 1GiB --clients 16 --ionodes 4 --format zarr``
     """

@@ -25,6 +25,7 @@ from .cost import CostModel
 from .engine.dispatch import DEFAULT_WINDOW
 from .files import fsync_path, fsync_tree, remove_path
 from .stage import write_stage
+from .storage import get_backend
 
 __all__ = [
     "BenchRow",
@@ -121,9 +122,16 @@ def contribution(client: int, rows: np.ndarray, width: int) -> Contribution:
 
 
 def raw_write_bandwidth(
-    directory: Path, nbytes: int, block: int = 8 << 20, data: np.ndarray | None = None
+    directory: Path,
+    nbytes: int,
+    block: int = 8 << 20,
+    data: np.ndarray | None = None,
+    direct: bool = False,
 ) -> float:
     """Bytes/s of one process writing ``nbytes`` sequentially in ``block``-byte writes + fsync.
+
+    With ``direct``, whole pages go to the device with ``O_DIRECT``
+    (:class:`~orchestrator.directio.PositionedFile`, as the engine writes).
 
     ``data`` (bytes to write, cycled) defaults to the synthetic stage's kind
     of values: what is written matters where storage compresses or
@@ -142,6 +150,8 @@ def raw_write_bandwidth(
         rows = np.arange(max(1, min(block, nbytes) // (8 * width)), dtype=np.float64)
         data = np.repeat(rows[:, None], width, axis=1)
     buf = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
+    if direct:
+        return _direct_write_bandwidth(path, nbytes, block, buf)
     t0 = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -152,6 +162,27 @@ def raw_write_bandwidth(
         os.fsync(fd)
     finally:
         os.close(fd)
+        seconds = time.perf_counter() - t0
+        path.unlink(missing_ok=True)
+    return nbytes / seconds
+
+
+def _direct_write_bandwidth(path: Path, nbytes: int, block: int, buf: memoryview) -> float:
+    from .directio import PositionedFile
+
+    t0 = time.perf_counter()
+    path.write_bytes(b"")
+    f = PositionedFile(path)
+    try:
+        done = 0
+        while done < nbytes:
+            at = done % len(buf)
+            piece = buf[at : at + min(block, nbytes - done, len(buf) - at)]
+            f.write(done, piece)
+            done += len(piece)
+        f.fsync()
+    finally:
+        f.close()
         seconds = time.perf_counter() - t0
         path.unlink(missing_ok=True)
     return nbytes / seconds
@@ -417,6 +448,9 @@ def run(
         return spec.nbytes / raw_write_bandwidth(directory, spec.nbytes, data=values), None
 
     jobs.append(("raw sequential write", "anchor", raw_job))
+    jobs.append(("raw sequential write, O_DIRECT", "anchor",
+                 lambda: (spec.nbytes / raw_write_bandwidth(directory, spec.nbytes, data=values,
+                                                            direct=True), None)))  # fmt: skip
     if values is not None:
         jobs.append(("h5py, one process", "anchor",
                      lambda: (h5py_seconds(directory / "anchor.h5", values), None)))  # fmt: skip
@@ -433,13 +467,13 @@ def run(
                      lambda: (spec.nbytes / cluster.ingest_bandwidth(probe, repeats=1),
                               None)))  # fmt: skip
 
-    def policy_job(p: str) -> Callable[[], tuple[float, Any]]:
+    def policy_job(p: str, direct: bool = True) -> Callable[[], tuple[float, Any]]:
         def go() -> tuple[float, Any]:
             target = directory / f"write-bench-{p}.{ext}"
             res = write_stage(target, {spec.name: (spec, parts)}, format=fmt, policy=p,
                               cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
-                              overwrite=True, cost=cost,
-                              window=window or DEFAULT_WINDOW)  # fmt: skip
+                              overwrite=True, cost=cost, window=window or DEFAULT_WINDOW,
+                              direct=direct)  # fmt: skip
             if gantt_dir is not None:
                 from .plots import close, realized_gantt
 
@@ -453,6 +487,10 @@ def run(
 
     for p in policies:
         jobs.append((p, "policy", policy_job(p)))
+    if policies and get_backend(fmt).direct_writes({}):
+        # the same plan with every byte sent to the I/O workers, as between machines
+        jobs.append((f"{policies[0]}, bytes sent to the I/O workers", "policy",
+                     policy_job(policies[0], direct=False)))  # fmt: skip
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     realized: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     plans: dict[str, Any] = {}

@@ -341,7 +341,7 @@ class HDF5SubfileBackend(HDF5Backend):
         return SubfileWriter(info, ionode, aggregate)
 
     def direct_writes(self, info: dict[str, Any]) -> bool:
-        return info["compression"] is None
+        return info.get("compression", self.compression) is None
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles.

@@ -311,8 +311,9 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
     assert p.returncode == 0, p.stderr
     import importlib.util
 
-    want = ["raw sequential write", "h5py, one process", "dask.array.to_zarr",
-            "worker-to-worker copy", "ecf", "peak RSS"]  # fmt: skip
+    want = ["raw sequential write", "raw sequential write, O_DIRECT", "h5py, one process",
+            "dask.array.to_zarr", "worker-to-worker copy", "ecf",
+            "ecf, bytes sent to the I/O workers", "peak RSS"]  # fmt: skip
     if importlib.util.find_spec("adios2"):  # the optional extra [bench]
         want.append("ADIOS2 BP5")
     for row in want:
@@ -324,6 +325,8 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
 
     rows = {r["name"]: r for r in json.loads((tmp_path / "w" / "results.json").read_text())["rows"]}
     assert rows["ecf"]["units"] > 0 and rows["ecf"]["realized_over_planned"] > 0
+    sent = rows["ecf, bytes sent to the I/O workers"]
+    assert sent["units"] == rows["ecf"]["units"] and sent["realized_over_planned"] > 0
     assert len(rows["ecf"]["all_seconds"]) == 1
     assert rows["raw sequential write"]["ratio_raw"] == pytest.approx(1.0)
     assert (tmp_path / "g" / "gantt-ecf.png").stat().st_size > 1000

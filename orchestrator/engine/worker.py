@@ -203,9 +203,10 @@ def write_cut(
         crcs = []
         for i, part in enumerate(parts):
             view = memoryview(part.data)
-            # checksummed beside the write (both release the GIL): the device is busy
-            # with the write, the CPU with the checksum
-            crcs.append(_crc_pool().submit(crc32, view))
+            # large pieces are checksummed beside the write (both release the GIL): the
+            # device is busy with the write, the CPU with the checksum
+            crcs.append(_crc_pool().submit(crc32, view) if len(view) >= 1 << 20
+                        else _Done(crc32(view)))  # fmt: skip
             start[i] = time.time()
             writer.write_at(names[dataset[i]], int(offset[i]), view)
             end[i] = time.time()
@@ -217,6 +218,16 @@ def write_cut(
 
 
 _CRC: list[ThreadPoolExecutor] = []
+
+
+class _Done:
+    """A result already there (small pieces are checksummed inline)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def result(self) -> int:
+        return self.value
 
 
 def _crc_pool() -> ThreadPoolExecutor:
