@@ -188,20 +188,26 @@ class Writer(ABC):
     def release(self) -> None:
         """Close files."""
 
-    def file_identity(self) -> tuple[int, int] | None:
-        """``(st_dev, st_ino)`` of the plain file this writer writes raw bytes into, or None.
+    #: what other processes on this host may write into the same output themselves
+    #: (direct writes, see :mod:`orchestrator.engine.worker`): ``"pieces"`` (any piece, at
+    #: its fixed position: :meth:`write_at`), ``"stripes"`` (whole stripes only:
+    #: :meth:`WholeStripeWriter.store_whole`) or None (every byte must come to this writer)
+    direct: str | None = None
 
-        A writer that answers writes each piece at a fixed position of one
-        file (:meth:`write_at`) and needs no state between pieces but the
-        checksums: any process on the same host that opens the same file
-        may then write pieces itself (direct writes, see
-        :mod:`orchestrator.engine`). The default, None, means pieces must
-        come to this writer.
+    def file_identity(self) -> tuple[int, int] | None:
+        """``(st_dev, st_ino)`` of the file or store this writer writes into, or None.
+
+        Two processes that see the same pair write the same output. None
+        (the default) means pieces must come to this writer.
         """
         return None
 
     def write_at(self, dataset: str, offset: int, data: memoryview) -> None:
-        """Write the piece at its position, without checksumming it (direct writes only)."""
+        """Write the piece at its position, without checksumming it (``direct == "pieces"``)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
+
+    def add_stored(self, dataset: str, offset: int, checksum: str) -> None:
+        """A stripe a source stored whole, with its checksum (``direct == "stripes"``)."""
         raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
 
 
@@ -272,6 +278,55 @@ class WholeStripeWriter(Writer):
     def flush(self) -> None:
         for name, k in list(self.buffers):
             self._store(name, k, self.buffers.pop((name, k))[0])
+
+    def store_whole(self, pieces: Sequence[tuple[str, int, memoryview]]) -> tuple[
+        dict[tuple[str, int], str], list[bool]
+    ]:  # fmt: skip
+        """On a source (direct writes): store every stripe these pieces cover whole.
+
+        Returns the checksums of the stripes stored, and for each piece
+        whether it is left over (its stripe is not all here: it goes to the
+        I/O node, which gathers the rest of that stripe).
+
+        Examples
+        --------
+        >>> class Mem(WholeStripeWriter):
+        ...     def store(self, name, k, rows): print("stored", name, k, rows.tolist())
+        ...     def release(self): pass
+        >>> w = Mem({"u": stripe_meta(DatasetSpec("u", (4,), "i1"), StripeLayout(1, 2))})
+        >>> pieces = [("u", i, memoryview(bytes([i + 1]))) for i in range(3)]
+        >>> sums, rest = w.store_whole(pieces)
+        stored u 0 [1, 2]
+        >>> rest
+        [False, False, True]
+        """
+        import numpy as np
+
+        by_stripe: dict[tuple[str, int], list[int]] = {}
+        for i, (name, off, _) in enumerate(pieces):
+            by_stripe.setdefault((name, off // self.meta[name]["stripe_bytes"]), []).append(i)
+        rest = [True] * len(pieces)
+        stored = {}
+        for (name, k), idx in by_stripe.items():
+            m = self.meta[name]
+            r0 = k * m["rows_per_stripe"]
+            size = (min(r0 + m["rows_per_stripe"], m["shape"][0]) - r0) * m["row_bytes"]
+            if sum(len(pieces[i][2]) for i in idx) != size:
+                continue
+            flat = np.empty(size, dtype=np.uint8)
+            base = k * m["stripe_bytes"]
+            for i in idx:
+                _, off, data = pieces[i]
+                flat[off - base : off - base + len(data)] = np.frombuffer(data, dtype=np.uint8)
+                rest[i] = False
+            rows = flat.view(np.dtype(m["dtype"])).reshape(-1, *m["shape"][1:])
+            self._store(name, k, rows)
+            stored[(name, base)] = self.sums[(name, base)]
+        return stored, rest
+
+    def add_stored(self, dataset: str, offset: int, checksum: str) -> None:
+        """A stripe a source stored whole (:meth:`store_whole`), with its checksum."""
+        self.sums[(dataset, offset)] = checksum
 
 
 def stripe_meta(spec: DatasetSpec, layout: StripeLayout) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class _PositionedWriter(Writer):
     bounded by the batch.
     """
 
+    direct = "pieces"
+
     def __init__(self, path: str, stripe_bytes: dict[str, int], aggregate: bool) -> None:
         self.file = PositionedFile(path)
         self.sums = PieceChecksums(stripe_bytes)

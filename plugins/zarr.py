@@ -11,6 +11,7 @@ root group, committed with the store directory by one rename.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,19 +34,30 @@ def _rows_per_shard(spec: DatasetSpec, requested: int) -> int:
 
 
 class ZarrWriter(WholeStripeWriter):
-    """Gathers pieces per shard and writes each shard whole, once."""
+    """Gathers pieces per shard and writes each shard whole, once.
+
+    A shard is its own file, so workers on the I/O node's host that hold a
+    whole shard may encode and store it themselves (``direct = "stripes"``).
+    """
+
+    direct = "stripes"
 
     def __init__(self, info: dict[str, Any]) -> None:
-        import zarr
-
         super().__init__(info["datasets"])
-        self.arrays = {
-            name: zarr.open_array(info["path"], path=name, mode="r+") for name in self.meta
-        }
+        self.path = info["path"]
+        self.arrays: dict[str, Any] = {}
 
     def store(self, name: str, k: int, rows: Any) -> None:
+        import zarr
+
+        if name not in self.arrays:  # opened on first use: a source stores few datasets
+            self.arrays[name] = zarr.open_array(self.path, path=name, mode="r+")
         r0 = k * self.meta[name]["rows_per_stripe"]
         self.arrays[name][r0 : r0 + rows.shape[0]] = rows
+
+    def file_identity(self) -> tuple[int, int] | None:
+        st = os.stat(self.path)
+        return (st.st_dev, st.st_ino)
 
     def release(self) -> None:
         self.arrays.clear()
@@ -82,6 +94,9 @@ class ZarrBackend(Backend):
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         return ZarrWriter(info)
+
+    def direct_writes(self, info: dict[str, Any]) -> bool:
+        return True
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: Any) -> None:
         """Nothing to do: unwritten rows read as the array's fill value."""

@@ -80,12 +80,12 @@ def test_stage_writes_exact_data_and_verifies(
     assert m["plan"]["units"] == res.plan.n_units == res.trace.unit.size
     assert sorted(res.trace.unit.tolist()) == list(range(res.plan.n_units))
     assert res.trace.nbytes.sum() == res.plan.transfers.total_bytes == 3000 * 16 + 3000 * 4
-    # every write ran on the I/O worker of its I/O node, or (direct writes into a plain
-    # file, never aggregated) on the worker holding the data
-    direct_ok = fmt in ("hdf5", "hdf5-vds") and strategy != "two-phase"
+    # every write ran on the I/O worker of its I/O node, or (direct writes: pieces into a
+    # plain file, never aggregated; whole Zarr shards) on the worker holding the data
+    direct_ok = fmt in ("hdf5", "hdf5-vds", "zarr") and strategy != "two-phase"
     for s, w in zip(res.trace.ionode.tolist(), res.trace.worker, strict=True):
         assert w == cluster.ionodes[s] or (direct_ok and w in cluster.compute)
-    if direct_ok:
+    if direct_ok and fmt != "zarr":  # no Zarr shard is held whole by one worker here
         assert set(res.trace.worker) & set(cluster.compute)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary output left"
 
@@ -431,3 +431,29 @@ def test_two_stages_on_one_target_exactly_one_commits(cluster, tmp_path):
     assert np.array_equal(_read("hdf5", target)["u"], truth)
     assert verify(target) == []
     assert [p.name for p in tmp_path.iterdir()] == ["race.h5"], "a temporary output was left"
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_zarr_shards_held_whole_by_one_worker_are_stored_there(cluster, tmp_path, direct):
+    """Direct writes into Zarr: a worker holding every row of a shard encodes and stores it
+    itself; shards split between workers (replicated halo rows here) still go to their I/O
+    node, which gathers them. Either way the store reads back exactly and verifies."""
+    n, width, rows_per_shard = 4096, 8, 256
+    spec = DatasetSpec("u", (n, width), "float64")
+    truth = np.random.default_rng(5).random((n, width))
+    per = n // 4
+    parts = []
+    for c in range(4):  # whole shards per client, plus 3 halo rows into the next block
+        rows = np.arange(c * per, min(n, (c + 1) * per + 3))
+        parts.append(Contribution(c, rows, truth[rows]))
+    target = tmp_path / "d.zarr"
+    res = write_stage(target, {"u": (spec, parts)}, format="zarr", cluster=cluster,
+                      stripe_bytes=rows_per_shard * width * 8, policy="ecf",
+                      direct=direct)  # fmt: skip
+    assert np.array_equal(_read("zarr", target)["u"], truth)
+    assert verify(target) == []
+    writers = set(res.trace.worker)
+    if direct:
+        assert writers & set(cluster.compute), "no shard was stored by the worker holding it"
+    else:
+        assert writers <= set(cluster.ionodes)
