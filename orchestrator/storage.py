@@ -313,11 +313,15 @@ class WholeStripeWriter(Writer):
             size = (min(r0 + m["rows_per_stripe"], m["shape"][0]) - r0) * m["row_bytes"]
             if sum(len(pieces[i][2]) for i in idx) != size:
                 continue
-            flat = np.empty(size, dtype=np.uint8)
             base = k * m["stripe_bytes"]
+            if len(idx) == 1:  # one piece is the whole stripe: store it as it is
+                flat = np.frombuffer(pieces[idx[0]][2], dtype=np.uint8)
+            else:
+                flat = np.empty(size, dtype=np.uint8)
+                for i in idx:
+                    _, off, data = pieces[i]
+                    flat[off - base : off - base + len(data)] = np.frombuffer(data, np.uint8)
             for i in idx:
-                _, off, data = pieces[i]
-                flat[off - base : off - base + len(data)] = np.frombuffer(data, dtype=np.uint8)
                 rest[i] = False
             rows = flat.view(np.dtype(m["dtype"])).reshape(-1, *m["shape"][1:])
             self._store(name, k, rows)

@@ -51,7 +51,12 @@ class ZarrWriter(WholeStripeWriter):
         import zarr
 
         if name not in self.arrays:  # opened on first use: a source stores few datasets
-            self.arrays[name] = zarr.open_array(self.path, path=name, mode="r+")
+            # a checkpoint's chunks are seldom all fill values: comparing every chunk with
+            # the fill value (to skip storing it) took as long as encoding it (measured:
+            # 550 vs 1,250 MiB/s per process); the data read back is the same either way
+            self.arrays[name] = zarr.open_array(self.path, path=name, mode="r+").with_config(
+                {"write_empty_chunks": True}
+            )
         r0 = k * self.meta[name]["rows_per_stripe"]
         self.arrays[name][r0 : r0 + rows.shape[0]] = rows
 
