@@ -26,13 +26,10 @@ from typing import Any
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .contributions import Contribution, ContributionError, DatasetSpec
+from .contributions import Contribution, DatasetSpec
+from .errors import CaptureError
 
 __all__ = ["CaptureError", "CapturedDataset", "CapturedFile", "capture"]
-
-
-class CaptureError(ContributionError):
-    """An operation a capture proxy cannot record (the message names it)."""
 
 
 def _json(value: Any) -> Any:

@@ -17,13 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from .errors import CheckpointError
 from .storage import StorageError
 
 __all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
-
-
-class CheckpointError(StorageError):
-    """A checkpoint is missing, incomplete or does not match its manifest."""
 
 
 @dataclass(frozen=True)

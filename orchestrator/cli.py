@@ -17,10 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .bench import BIDDING, SweepResult, Timing
-from .cluster import ClusterError
-from .cost import CostModel, CostModelError, get_cost_model
+from .cost import CostModel, get_cost_model
+from .errors import InputError, OrchestratorError
 from .files import atomic_path
-from .plan import PlanError
 from .policies import PolicyError, policies, schedule
 from .slurmcli import (
     ClusterOpt,
@@ -32,7 +31,7 @@ from .slurmcli import (
     slurm_app,
     workflow_cluster,
 )
-from .transfers import TransferSet, TransferSetError
+from .transfers import TransferSet
 
 app = typer.Typer(
     help="io-orchestrator: schedule and run the output stages of Dask and Parsl workflows.",
@@ -51,7 +50,9 @@ app.add_typer(slurm_app, name="slurm")
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-USER_ERRORS = (TransferSetError, CostModelError, PolicyError, PlanError, ValueError, OSError)
+# what the user can fix: our errors (bad values, refused targets, failed stages) and the
+# files they named; anything else is a bug and keeps its traceback (exit code 1)
+USER_ERRORS = (OrchestratorError, OSError)
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -446,8 +447,6 @@ def write_bench_cmd(
 
     from .cluster import local_cluster
     from .engine import DEFAULT_WINDOW
-    from .stage import StageError
-    from .storage import StorageError
     from .writebench import ionode_peak_rss, parse_size, run
 
     try:
@@ -470,7 +469,7 @@ def write_bench_cmd(
                        gantt_dir=gantt, repeat=repeat, anchors=anchors,
                        window=win)  # fmt: skip
             rss = ionode_peak_rss(cl)
-    except (StageError, StorageError, *USER_ERRORS) as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     win_bytes = win or DEFAULT_WINDOW
     raw = next(r for r in rows if r.name == "raw sequential write")
@@ -572,21 +571,17 @@ def run_bips3d(
 
     Example: ``iorch run bips3d --mesh mesh.graph --parts 8 --load 100 --format zarr``
     """
-    from .plugins.slurm import SlurmError
     from .replicas import METHODS
-    from .stage import StageError
-    from .storage import StorageError
     from .workflows import bips3d
-    from .workflows.mesh import MeshFormatError
     from .writebench import calibrated_cost, parse_size, raw_write_bandwidth
 
     try:
         methods = list(METHODS) if assign == "all" else [m.strip() for m in assign.split(",")]
         for m in methods:
             if m not in METHODS:
-                raise ValueError(f"--assign: unknown method {m!r}; choose from {list(METHODS)}")
+                raise InputError(f"--assign: unknown method {m!r}; choose from {list(METHODS)}")
         if strategy not in bips3d.STRATEGIES:
-            raise ValueError(f"--strategy: {strategy!r} is not one of {list(bips3d.STRATEGIES)}")
+            raise InputError(f"--strategy: {strategy!r} is not one of {list(bips3d.STRATEGIES)}")
         if policy not in policies():
             raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
         stripe_bytes = parse_size(stripe)
@@ -617,8 +612,7 @@ def run_bips3d(
                     seed=seed, advance=lambda msg: prog.update(task, advance=1,
                                                               description=f"dumped {msg}"),
                 )  # fmt: skip
-    except (StageError, StorageError, MeshFormatError, bips3d.DumpError, SlurmError,
-            ClusterError, *USER_ERRORS) as e:  # fmt: skip
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     _report_bips3d(case, results, raw, net, load, policy, format, n_io, stripe_bytes, out)
 
@@ -708,7 +702,6 @@ def bench_idg(
     """
     from .workflows.bips3d import default_mesh
     from .workflows.idgbench import kernel_timing, table4
-    from .workflows.mesh import MeshFormatError
 
     real = mesh if mesh is not None else default_mesh()
     gen, parts = ((1, 2), (8, 64)) if quick else ((1, 2, 3, 4), (8, 16, 32, 64))
@@ -725,7 +718,7 @@ def bench_idg(
             if kernel_nodes:
                 prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
                 timing = kernel_timing(kernel_nodes, seed=seed)
-    except (MeshFormatError, *USER_ERRORS) as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     if real is None:
         err.print("the real BIPS3D mesh is not on this machine: generated meshes only")
@@ -791,8 +784,6 @@ def bench_stage(
     Example: ``iorch bench stage --quick``
     """
     from .cluster import local_cluster
-    from .stage import StageError
-    from .storage import StorageError
     from .writebench import parse_size
 
     try:
@@ -803,7 +794,7 @@ def bench_stage(
         fmt_list = [x.strip() for x in formats.split(",")]
         for f in fmt_list:
             if f not in ("hdf5", "zarr"):
-                raise ValueError(f"--formats: {f!r} is not hdf5 or zarr")
+                raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
         if policy not in policies():
             raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
         from .stagebench import run as run_bench
@@ -815,7 +806,7 @@ def bench_stage(
             step = partial(prog.update, task, advance=1)
             rows = run_bench(cl, out, size_list, task_list, fmt_list, policy=policy,
                              advance=lambda m: step(description=m), repeat=repeat)  # fmt: skip
-    except (StageError, StorageError, *USER_ERRORS) as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     console.print(
         f"bench stage: {ionodes} I/O workers, 2 compute workers, policy {policy}; baseline = "
@@ -849,11 +840,10 @@ def verify_cmd(
     Example: ``iorch verify out/ckpt.h5``
     """
     from .stage import verify
-    from .storage import StorageError
 
     try:
         bad = verify(path)
-    except (StorageError, *USER_ERRORS) as e:
+    except USER_ERRORS as e:
         raise _fail(str(e)) from None
     if bad:
         for line in bad:

@@ -13,15 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ClusterError
+
 __all__ = ["ClusterError", "IOCluster", "connect", "local_cluster"]
 
 log = logging.getLogger("orchestrator.cluster")
 
 LOOPBACK = "127.0.0.1"
-
-
-class ClusterError(RuntimeError):
-    """No usable I/O workers, or a cluster could not be reached."""
 
 
 @dataclass

@@ -9,11 +9,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .errors import ContributionError
+
 __all__ = ["Contribution", "ContributionError", "DatasetSpec", "Holdings", "gather"]
-
-
-class ContributionError(ValueError):
-    """A contribution is inconsistent with its dataset or with the others."""
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .errors import CostModelError
+
 __all__ = ["PRESETS", "CostModel", "CostModelError", "get_cost_model"]
-
-
-class CostModelError(ValueError):
-    """A cost-model field has an invalid value, or a preset name is unknown."""
 
 
 @dataclass(frozen=True)

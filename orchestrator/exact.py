@@ -19,15 +19,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .errors import ExactUnavailable
 from .kernels.timing import list_schedule
 
 __all__ = ["ExactUnavailable", "exact_order", "require_ortools"]
 
 HORIZON_TICKS = 2**52
-
-
-class ExactUnavailable(ImportError):
-    """OR-Tools is not installed."""
 
 
 def require_ortools() -> Any:

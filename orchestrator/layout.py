@@ -8,15 +8,12 @@ import numpy as np
 import numpy.typing as npt
 
 from .contributions import DatasetSpec
+from .errors import LayoutError
 from .transfers import TransferSet
 
 __all__ = ["STRATEGIES", "LayoutError", "StageTransfers", "StripeLayout", "derive_transfers"]
 
 STRATEGIES = ("contiguous", "list", "two-phase")
-
-
-class LayoutError(ValueError):
-    """A layout parameter is invalid."""
 
 
 @dataclass(frozen=True)

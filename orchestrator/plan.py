@@ -11,15 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from .cost import CostModel
+from .errors import PlanError
 from .kernels.blocks import split_pieces
 from .kernels.timing import list_schedule, loads
 from .transfers import TransferSet, _write_rows
 
 __all__ = ["Plan", "PlanError", "Units", "lower_bound"]
-
-
-class PlanError(AssertionError):
-    """A plan violates an invariant (raised by :meth:`Plan.validate`)."""
 
 
 def lower_bound(transfers: TransferSet, cost: CostModel) -> float:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .errors import InputError
 from .files import atomic_path
 from .plan import Plan
 
@@ -86,7 +87,7 @@ def gantt(
     >>> close(fig)
     """
     if by not in ("ionode", "client"):
-        raise ValueError(f"by must be 'ionode' or 'client', got {by!r}")
+        raise InputError(f"by must be 'ionode' or 'client', got {by!r}")
     plt = _pyplot()
     rows = plan.ionode if by == "ionode" else plan.client
     colour_key = plan.client if by == "ionode" else plan.ionode

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .cost import CostModel, get_cost_model
+from .errors import PolicyError
 from .kernels import bidding, decentralized, greedy, matching
 from .kernels.rng import make_state
 from .kernels.timing import list_schedule
@@ -26,10 +27,6 @@ log = logging.getLogger("orchestrator.policies")
 
 Arrays = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]
 Result = tuple[npt.NDArray[np.int64], int, int]
-
-
-class PolicyError(ValueError):
-    """Unknown policy, unknown option, or an option with a bad value."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .errors import ReplicaError
+
 __all__ = [
     "METHODS",
     "IntervalStats",
@@ -26,10 +28,6 @@ __all__ = [
 ]
 
 METHODS = ("metis", "first", "random", "idg")
-
-
-class ReplicaError(ValueError):
-    """Replica sets, a partition or an assignment are inconsistent; the message names them."""
 
 
 def _int_array(name: str, x: Any) -> npt.NDArray[np.int64]:

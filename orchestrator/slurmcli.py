@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from .errors import InputError
+
 __all__ = ["slurm_app", "workflow_cluster"]
 
 slurm_app = typer.Typer(help="Run workflows as Slurm batch jobs on I/O-node-bound Dask workers.")
@@ -83,7 +85,7 @@ def workflow_cluster(
     from .plugins.slurm import Allocation, SlurmError, allocation_cluster
 
     if cluster not in CLUSTERS:
-        raise ValueError(f"--cluster {cluster!r}: choose one of {list(CLUSTERS)}")
+        raise InputError(f"--cluster {cluster!r}: choose one of {list(CLUSTERS)}")
     alloc = Allocation.from_env() if cluster != "local" else None
     if cluster == "slurm" and alloc is None:
         raise SlurmError("--cluster slurm: not inside a Slurm job (SLURM_JOB_ID is not set)")
@@ -123,7 +125,7 @@ def _workflow_command(workflow: str) -> Any:
     group = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     names = sorted(group.commands)
     if workflow not in names:
-        raise ValueError(f"workflow {workflow!r}: `iorch run` has {names}")
+        raise InputError(f"workflow {workflow!r}: `iorch run` has {names}")
     return group.commands[workflow]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .contributions import DatasetSpec
+from .errors import StorageError
 from .layout import StripeLayout
 
 __all__ = [
@@ -31,10 +32,6 @@ __all__ = [
 ]
 
 MANIFEST_VERSION = 1
-
-
-class StorageError(RuntimeError):
-    """A target could not be created, written, committed or verified."""
 
 
 try:  # Intel ISA-L's CRC-32: the same values as zlib's, several times faster

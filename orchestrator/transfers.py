@@ -12,20 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .errors import TransferSetError
 from .files import atomic_path
 
 __all__ = ["TransferSet", "TransferSetError"]
-
-
-class TransferSetError(ValueError):
-    """A TransferSet was given invalid columns; the message names the column and index.
-
-    ``index`` is the offending row (``None`` when the error is not about one row).
-    """
-
-    def __init__(self, message: str, index: int | None = None) -> None:
-        super().__init__(message)
-        self.index = index
 
 
 INT64_MAX = int(np.iinfo(np.int64).max)

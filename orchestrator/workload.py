@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import InputError
 from .transfers import TransferSet
 
 __all__ = ["bidding_workload", "uniform_workload"]
@@ -44,10 +45,10 @@ def bidding_workload(
     True
     """
     if n_ionodes < 1 or n_clients < 1:
-        raise ValueError(f"need n_ionodes >= 1 and n_clients >= 1, got {n_ionodes}, {n_clients}")
+        raise InputError(f"need n_ionodes >= 1 and n_clients >= 1, got {n_ionodes}, {n_clients}")
     for name, v in (("busy_ratio", busy_ratio), ("large_ratio", large_ratio)):
         if not 0.0 <= v <= 1.0:
-            raise ValueError(f"{name} must be within [0, 1], got {v!r}")
+            raise InputError(f"{name} must be within [0, 1], got {v!r}")
     rng = np.random.default_rng(seed)
     n_busy = round(busy_ratio * n_ionodes)
     busy = np.zeros(n_ionodes, dtype=bool)

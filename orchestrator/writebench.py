@@ -23,6 +23,7 @@ from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
 from .cost import CostModel
 from .engine.dispatch import DEFAULT_WINDOW
+from .errors import InputError
 from .files import fsync_path, fsync_tree, remove_path
 from .stage import write_stage
 from .storage import get_backend
@@ -54,10 +55,10 @@ def parse_size(text: str) -> int:
     """
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"size {text!r} is not a number with a unit such as MiB or GiB")
+        raise InputError(f"size {text!r} is not a number with a unit such as MiB or GiB")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value < 1:
-        raise ValueError(f"size {text!r} must be at least one byte")
+        raise InputError(f"size {text!r} must be at least one byte")
     return int(value)
 
 

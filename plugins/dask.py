@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from orchestrator.errors import ContributionError, StageError
+
 __all__ = ["contribute", "fail", "in_dask_task", "scheduler_client"]
 
 _CLIENTS: dict[str, Any] = {}
@@ -131,9 +133,9 @@ def contribute(
         what, ids = client.run_on_scheduler(_arrival(base, client_id, n_clients))
         if what == "failed":
             _each(client.unpublish_dataset, [f"{base}:{client_id}:{n}" for n in names])
-            raise RuntimeError(f"{base}: the step cannot be written: {ids}")
+            raise StageError(f"{base}: the step cannot be written: {ids}")
         if what == "twice":
-            raise RuntimeError(f"{base}: client {client_id} contributed twice to this step")
+            raise ContributionError(f"{base}: client {client_id} contributed twice to this step")
         leader = what == "lead"
         out = Queue(f"{base}:out", client=client)
         if not leader and not wait:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cluster import LOOPBACK, ClusterError, IOCluster, _discover
+from orchestrator.errors import SlurmError, SlurmUnreachable
 
 __all__ = [
     "Allocation",
@@ -58,14 +59,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("orchestrator.slurm")
-
-
-class SlurmError(ValueError):
-    """A Slurm configuration that cannot work (caught before anything is submitted)."""
-
-
-class SlurmUnreachable(SlurmError):
-    """Slurm's commands are missing here, or cannot reach a controller."""
 
 
 # ---------------------------------------------------------------- host lists

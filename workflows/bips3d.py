@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.errors import DumpError, InputError
 from orchestrator.files import remove_path
 from orchestrator.replicas import METHODS, IntervalStats, ReplicaSets, assign, interval_stats
 from orchestrator.replicas import replica_sets as _replica_sets
@@ -59,10 +60,6 @@ __all__ = [
 DATASET = "load"
 STRATEGIES = ("sequential", "list", "two-phase", "auto")
 MAX_LOAD = 1 << 20
-
-
-class DumpError(RuntimeError):
-    """A mesh dump's output does not hold the expected values (the message names the row)."""
 
 
 @dataclass(frozen=True)
@@ -312,11 +309,11 @@ def dump(
         or not isinstance(load, int | np.integer)
         or not 1 <= load <= MAX_LOAD
     ):
-        raise ValueError(f"load must be an integer in 1..{MAX_LOAD}, got {load!r}")
+        raise InputError(f"load must be an integer in 1..{MAX_LOAD}, got {load!r}")
     if method not in METHODS:
-        raise ValueError(f"unknown assignment method {method!r}; choose one of {list(METHODS)}")
+        raise InputError(f"unknown assignment method {method!r}; choose one of {list(METHODS)}")
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+        raise InputError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
     target = Path(target)
     rule = rule or DecisionRule()
     if strategy == "auto":
@@ -425,7 +422,7 @@ def run_methods(
     from distributed import wait
 
     if repeat < 1:
-        raise ValueError(f"repeat must be >= 1, got {repeat}")
+        raise InputError(f"repeat must be >= 1, got {repeat}")
     suffix = "zarr" if options.get("format", "hdf5") == "zarr" else "h5"
     if options.get("strategy") == "sequential":
         methods = list(methods)[:1]

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from orchestrator.errors import MeshFormatError
+
 __all__ = [
     "Mesh",
     "MeshFormatError",
@@ -31,10 +33,6 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
-
-
-class MeshFormatError(ValueError):
-    """A mesh or partition file is malformed; the message names the file, line and value."""
 
 
 class MeshRepairWarning(UserWarning):

@@ -19,6 +19,7 @@ from distributed.comm.addressing import get_address_host
 
 from ..cluster import IOCluster
 from ..contributions import Contribution, DatasetSpec
+from ..errors import StageError
 from ..layout import StageTransfers
 from ..plan import Plan
 from ..storage import crc32, fold_crc32, get_backend
@@ -32,10 +33,6 @@ log = logging.getLogger("orchestrator.engine")
 
 #: bytes an I/O worker may hold (fetching, fetched or being written) at once
 DEFAULT_WINDOW = 128 << 20
-
-
-class StageError(RuntimeError):
-    """A stage could not complete; its temporary output has been removed."""
 
 
 @dataclass(frozen=True, eq=False)

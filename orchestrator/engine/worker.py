@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..contributions import ContributionError
+from ..errors import StageAborted as Aborted
 from ..files import remove_path
 from ..storage import crc32, get_backend
 from .program import Batch, NodeProgram
@@ -46,10 +47,6 @@ _ACTIVE: set[tuple[str, int]] = set()
 _LOCK = threading.Lock()
 #: ranges whose mean size is below this are packed into one buffer by :func:`cut`
 PACK_BELOW = 256 << 10
-
-
-class Aborted(RuntimeError):
-    """The stage was aborted while this I/O worker was writing it."""
 
 
 def abort(token: str) -> int:

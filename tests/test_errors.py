@@ -1,0 +1,55 @@
+"""One error hierarchy: every error the package raises on purpose is in orchestrator.errors."""
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from orchestrator import errors
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", errors.__all__)
+def test_every_error_derives_from_the_base(name):
+    cls = getattr(errors, name)
+    assert issubclass(cls, errors.OrchestratorError)
+    if issubclass(cls, errors.InputError):  # user errors are also ValueErrors
+        assert issubclass(cls, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("orchestrator.contributions", "ContributionError"), ("orchestrator.storage", "StorageError"),
+     ("orchestrator.cluster", "ClusterError"), ("orchestrator.engine.dispatch", "StageError"),
+     ("orchestrator.policies", "PolicyError"), ("orchestrator.capturing", "CaptureError"),
+     ("orchestrator.cost", "CostModelError"), ("orchestrator.plan", "PlanError"),
+     ("orchestrator.checkpoint", "CheckpointError"), ("orchestrator.layout", "LayoutError"),
+     ("orchestrator.transfers", "TransferSetError"), ("orchestrator.replicas", "ReplicaError"),
+     ("orchestrator.plugins.slurm", "SlurmError"), ("workflows.mesh", "MeshFormatError"),
+     ("workflows.bips3d", "DumpError"), ("orchestrator", "PlanError")],
+)  # fmt: skip
+def test_old_names_are_the_same_classes(module, name):
+    assert getattr(importlib.import_module(module), name) is getattr(errors, name)
+
+
+def test_no_other_module_defines_an_exception_class():
+    """An error class outside errors.py would be outside the hierarchy's one place."""
+    found = []
+    for folder in ("orchestrator", "plugins", "workflows"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.name == "errors.py" and path.parent.name == "orchestrator":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and any(
+                    getattr(b, "id", getattr(b, "attr", "")).endswith(("Error", "Exception"))
+                    for b in node.bases
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert found == []
+
+
+def test_a_plan_error_is_a_user_error_not_an_assertion():
+    assert not issubclass(errors.PlanError, AssertionError)
+    assert issubclass(errors.PlanError, ValueError)
