@@ -9,7 +9,6 @@ decorator plus starting the cluster with I/O workers.
 import numpy as np
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 
 N, TASKS = 200_000, 8
 
@@ -27,7 +26,7 @@ def save(step, rank):
 
 
 if __name__ == "__main__":
-    with local_cluster(n_ionodes=2, n_compute=2) as cluster:
+    with orc.local_cluster(n_ionodes=2, n_compute=2) as cluster:
         for step in range(2):
             futures = cluster.client.map(save, [step] * TASKS, range(TASKS), pure=False)
             checkpoints = cluster.client.gather(futures)

@@ -16,7 +16,6 @@ from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.providers import LocalProvider
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 
 N, APPS = 50_000, 6
 
@@ -34,7 +33,7 @@ def parsl_config(htex: bool) -> Config:
 
 if __name__ == "__main__":
     os.environ["PATH"] = f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"
-    with local_cluster(n_ionodes=2, n_compute=2) as io:
+    with orc.local_cluster(n_ionodes=2, n_compute=2) as io:
 
         @output_app(target="checkpoints/parsl-step{step}.h5", clients=APPS, scheduler=io.address)
         def save(step, rank, n=N, apps=APPS, inputs=(), outputs=()):

@@ -25,38 +25,54 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .capturing import CaptureError, capture
-    from .checkpoint import Checkpoint, CheckpointError, latest_checkpoint, open_checkpoint
-    from .cost import PRESETS, CostModel, CostModelError, get_cost_model
-    from .intercept import OutputStage, output_stage
-    from .plan import Plan, PlanError, Units, lower_bound
-    from .policies import Policy, PolicyError, policies, schedule
-    from .replicas import (
-        IntervalStats,
+    from .capturing import capture
+    from .checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
+    from .cluster import IOCluster, connect, local_cluster
+    from .contributions import Contribution, DatasetSpec
+    from .cost import PRESETS, CostModel, get_cost_model
+    from .errors import (
+        CaptureError,
+        CheckpointError,
+        ClusterError,
+        ContributionError,
+        CostModelError,
+        InputError,
+        OrchestratorError,
+        PlanError,
+        PolicyError,
         ReplicaError,
-        ReplicaSets,
-        assign,
-        interval_stats,
-        replica_sets,
+        StageError,
+        StorageError,
+        TransferSetError,
     )
+    from .intercept import OutputStage, output_stage, set_default_cluster
+    from .plan import Plan, Units, lower_bound
+    from .policies import Policy, policies, schedule
+    from .replicas import IntervalStats, ReplicaSets, assign, interval_stats, replica_sets
     from .simulate import Simulation, simulate
-    from .transfers import TransferSet, TransferSetError
+    from .stage import StageResult, open_datasets, verify, write_stage
+    from .transfers import TransferSet
 
 # The public names load on first use (PEP 562): a worker process that only
 # unpickles an engine task (an I/O worker writing its batches) then imports
 # what that task needs, not the scheduling kernels, Numba and SciPy (about
 # 50 MB of resident memory per worker).
 _LAZY = {
-    "capturing": ("CaptureError", "capture"),
-    "checkpoint": ("Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"),
-    "cost": ("PRESETS", "CostModel", "CostModelError", "get_cost_model"),
-    "intercept": ("OutputStage", "output_stage"),
-    "plan": ("Plan", "PlanError", "Units", "lower_bound"),
-    "policies": ("Policy", "PolicyError", "policies", "schedule"),
-    "replicas": ("IntervalStats", "ReplicaError", "ReplicaSets", "assign", "interval_stats",
-                 "replica_sets"),
+    "capturing": ("capture",),
+    "checkpoint": ("Checkpoint", "latest_checkpoint", "open_checkpoint"),
+    "cluster": ("IOCluster", "connect", "local_cluster"),
+    "contributions": ("Contribution", "DatasetSpec"),
+    "cost": ("PRESETS", "CostModel", "get_cost_model"),
+    "errors": ("CaptureError", "CheckpointError", "ClusterError", "ContributionError",
+               "CostModelError", "InputError", "OrchestratorError", "PlanError", "PolicyError",
+               "ReplicaError", "StageError", "StorageError", "TransferSetError"),
+    "intercept": ("OutputStage", "output_stage", "set_default_cluster"),
+    "plan": ("Plan", "Units", "lower_bound"),
+    "policies": ("Policy", "policies", "schedule"),
+    "replicas": ("IntervalStats", "ReplicaSets", "assign", "interval_stats", "replica_sets"),
     "simulate": ("Simulation", "simulate"),
-    "transfers": ("TransferSet", "TransferSetError"),
+    "stage": ("StageResult", "open_datasets", "verify", "write_stage"),
+    "transfers": ("TransferSet",),
 }  # fmt: skip
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -97,9 +113,16 @@ __all__ = [
     "CaptureError",
     "Checkpoint",
     "CheckpointError",
+    "ClusterError",
+    "Contribution",
+    "ContributionError",
     "CostModel",
     "CostModelError",
+    "DatasetSpec",
+    "IOCluster",
+    "InputError",
     "IntervalStats",
+    "OrchestratorError",
     "OutputStage",
     "Plan",
     "PlanError",
@@ -108,20 +131,29 @@ __all__ = [
     "ReplicaError",
     "ReplicaSets",
     "Simulation",
+    "StageError",
+    "StageResult",
+    "StorageError",
     "TransferSet",
     "TransferSetError",
     "Units",
     "__version__",
     "assign",
     "capture",
+    "connect",
     "get_cost_model",
     "interval_stats",
     "latest_checkpoint",
+    "local_cluster",
     "lower_bound",
     "open_checkpoint",
+    "open_datasets",
     "output_stage",
     "policies",
     "replica_sets",
     "schedule",
+    "set_default_cluster",
     "simulate",
+    "verify",
+    "write_stage",
 ]

@@ -877,6 +877,9 @@ def _terminate(signum: int, frame: object) -> None:
 def main() -> None:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     signal.signal(signal.SIGTERM, _terminate)
+    from .kernels import refresh_cache  # here, once, before any worker loads a kernel
+
+    refresh_cache()
     app()
 
 

@@ -13,6 +13,13 @@ import pytest
 from localslurm import REQUIRE_ENV, LocalSlurm, SlurmUnavailable, unavailable_reason
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Drop stale compiled kernels once, before any test or worker loads one."""
+    from orchestrator.kernels import refresh_cache
+
+    refresh_cache()
+
+
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[LocalSlurm]:
     """munged + slurmctld + slurmd on 127.0.0.1, one node ``localhost``, partition ``debug``.

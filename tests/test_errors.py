@@ -53,3 +53,12 @@ def test_no_other_module_defines_an_exception_class():
 def test_a_plan_error_is_a_user_error_not_an_assertion():
     assert not issubclass(errors.PlanError, AssertionError)
     assert issubclass(errors.PlanError, ValueError)
+
+
+def test_the_public_api_resolves_every_name():
+    import orchestrator as orc
+
+    for name in orc.__all__:
+        assert getattr(orc, name) is not None, name
+    assert callable(orc.policies) and callable(orc.simulate)  # functions, not the modules
+    assert orc.write_stage.__module__ == "orchestrator.stage"

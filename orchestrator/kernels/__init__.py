@@ -9,16 +9,26 @@ number of rounds and messages. Exact semantics: ``docs/semantics.rst``.
 import hashlib
 from pathlib import Path
 
+__all__ = ["refresh_cache"]
 
-def _drop_stale_caches() -> None:
-    """Delete Numba's cached machine code when any kernel source changed.
+
+def refresh_cache(here: Path | None = None) -> bool:
+    """Delete Numba's cached machine code of the kernels if any kernel source changed.
 
     Numba keys a cached function on its own file only, so a kernel that
     calls a helper from another module (the heap, the generator) would keep
     running the helper's old code after that module changes. One digest
-    over all kernel sources closes that gap.
+    over all kernel sources closes that gap. It runs where one process
+    starts the work — ``iorch`` and the test session — and never at import:
+    worker processes import the kernels concurrently, and none of them
+    should delete what another is loading. Returns whether it deleted.
+
+    Examples
+    --------
+    >>> refresh_cache() in (True, False)  # True only if a kernel source changed
+    True
     """
-    here = Path(__file__).resolve().parent
+    here = here or Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for src in sorted(here.glob("*.py")):
         digest.update(src.name.encode())
@@ -27,13 +37,11 @@ def _drop_stale_caches() -> None:
     stamp = cache / "kernels.sha256"
     try:
         if stamp.exists() and stamp.read_text() == digest.hexdigest():
-            return
+            return False
         for f in cache.glob("*.nb[ic]"):
             f.unlink(missing_ok=True)
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest.hexdigest())
-    except OSError:  # read-only install: Numba then compiles in memory
-        pass
-
-
-_drop_stale_caches()
+    except OSError:  # read-only install: nothing changes there, and Numba compiles in memory
+        return False
+    return True
