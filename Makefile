@@ -25,6 +25,7 @@ slurm:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator plugins workflows

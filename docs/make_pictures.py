@@ -37,14 +37,17 @@ SLURM_EXAMPLE = (
 
 def write_slurm_script(out: Path) -> None:
     """The batch script of :data:`SLURM_EXAMPLE`, with a user's paths for the folders."""
-    from orchestrator.slurmcli import _script
+    import typer.main
+
+    from orchestrator.cli import app
+    from orchestrator.cli.slurm import _script
 
     text = _script(
         "bips3d", ["--parts", "64", "--load", "100"], nodes=4, io_nodes="1", ionodes=4,
         shared_nodes=None, compute_per_node=1, local_directory=None, time_limit="00:30:00",
         partition="compute", account="myproject", job_name=None, output=None, exclusive=True,
         sbatch=None, check=False, origin=SLURM_EXAMPLE, workdir="/scratch/me/run1",
-        python_bin="/home/me/venv/bin",
+        python_bin="/home/me/venv/bin", root=typer.main.get_command(app),
     )  # fmt: skip
     (out / "bips3d-4nodes.sbatch").write_text(text)
 

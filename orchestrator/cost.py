@@ -261,7 +261,7 @@ def get_cost_model(cost: CostModel | str | None = None) -> CostModel:
     >>> get_cost_model("laptop")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    orchestrator.cost.CostModelError: unknown cost preset 'laptop'; choose one of [...]
+    orchestrator.errors.CostModelError: unknown cost preset 'laptop'; choose one of [...]
     """
     if cost is None:
         return PRESETS["cluster2004"]

@@ -160,7 +160,7 @@ def check_graph(
     >>> check_graph(np.array([0, 1, 2]), np.array([1, 5]))
     Traceback (most recent call last):
     ...
-    orchestrator.replicas.ReplicaError: indices holds node 5, outside 0..1
+    orchestrator.errors.ReplicaError: indices holds node 5, outside 0..1
     """
     n = indptr.size - 1
     if indptr[0] != 0 or indptr[-1] != indices.size or (np.diff(indptr) < 0).any():

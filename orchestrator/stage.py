@@ -438,7 +438,7 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     >>> verify("no-such-checkpoint.h5")
     Traceback (most recent call last):
     ...
-    orchestrator.storage.StorageError: no-such-checkpoint.h5 does not exist
+    orchestrator.errors.StorageError: no-such-checkpoint.h5 does not exist
     """
     path = Path(path)
     backend = get_backend(_format_of(path))

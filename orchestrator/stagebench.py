@@ -31,7 +31,7 @@ import numpy as np
 
 from .files import fsync_path, fsync_tree, remove_path
 from .intercept import output_stage
-from .writebench import raw_write_bandwidth
+from .measure import raw_write_bandwidth
 
 __all__ = ["StageBenchRow", "block", "run"]
 

@@ -95,7 +95,7 @@ class TransferSet:
     >>> TransferSet(client=[0], ionode=[0], nbytes=[-5])
     Traceback (most recent call last):
     ...
-    orchestrator.transfers.TransferSetError: column 'nbytes': value -5 at index 0 must be > 0
+    orchestrator.errors.TransferSetError: column 'nbytes': value -5 at index 0 must be > 0
     """
 
     client: npt.NDArray[np.int64]

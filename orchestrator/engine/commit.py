@@ -62,7 +62,7 @@ def commit(tmp: Path, target: Path, overwrite: bool) -> None:
     >>> commit(d / "again", d / "old", overwrite=False)
     Traceback (most recent call last):
     ...
-    orchestrator.storage.StorageError: ... exists; pass overwrite=True to replace it
+    orchestrator.errors.StorageError: ... exists; pass overwrite=True to replace it
     """
     exists = os.path.lexists(target)
     if exists and not overwrite:

@@ -5,23 +5,23 @@ from __future__ import annotations
 import json
 import math
 import signal
-import sys
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .bench import BIDDING, SweepResult, Timing
-from .cost import CostModel, get_cost_model
-from .errors import InputError, OrchestratorError
-from .files import atomic_path
-from .policies import PolicyError, policies, schedule
-from .slurmcli import (
+from ..bench import BIDDING, SweepResult, Timing
+from ..cost import CostModel, get_cost_model
+from ..errors import InputError
+from ..files import atomic_path
+from ..policies import PolicyError, policies, schedule
+from ..transfers import TransferSet
+from ._common import USER_ERRORS, console, err, fail
+from .slurm import (
     ClusterOpt,
     ComputePerNodeOpt,
     IOHostsOpt,
@@ -31,7 +31,6 @@ from .slurmcli import (
     slurm_app,
     workflow_cluster,
 )
-from .transfers import TransferSet
 
 app = typer.Typer(
     help="io-orchestrator: schedule and run the output stages of Dask and Parsl workflows.",
@@ -45,19 +44,6 @@ app.add_typer(workload_app, name="workload")
 run_app = typer.Typer(help="Run a ready workflow (embedded cluster, or across a Slurm job).")
 app.add_typer(run_app, name="run")
 app.add_typer(slurm_app, name="slurm")
-
-# tables are wide; in logs and pipes (no terminal to measure) do not squeeze them to 80 columns
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
-
-# what the user can fix: our errors (bad values, refused targets, failed stages) and the
-# files they named; anything else is a bug and keeps its traceback (exit code 1)
-USER_ERRORS = (OrchestratorError, OSError)
-
-
-def _fail(msg: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {msg}")
-    return typer.Exit(code=2)
 
 
 def _cost(spec: str | None) -> CostModel:
@@ -152,12 +138,12 @@ def schedule_cmd(
             if out is not None:
                 plan.to_csv(outputs.enter_context(atomic_path(out)))
             if gantt is not None:
-                from .plots import close
-                from .plots import gantt as draw
+                from ..plots import close
+                from ..plots import gantt as draw
 
                 close(draw(plan, path=outputs.enter_context(atomic_path(gantt))))
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     t = Table(title=f"{plan.policy} on {transfers.name} ({plan.cost.name} cost model)")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -186,13 +172,13 @@ def workload_bidding(
 
     Example: ``iorch workload bidding --out t.csv --ionodes 32 --busy 0.3 --large 0.1``
     """
-    from .workload import bidding_workload
+    from ..workload import bidding_workload
 
     try:
         ts = bidding_workload(ionodes, busy, large, n_clients=clients, seed=seed)
         ts.save_npz(out) if out.suffix == ".npz" else ts.to_csv(out)
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.print(f"{ts!r} written to {out}")
 
 
@@ -225,13 +211,13 @@ def bench_schedulers(
 
     Example: ``iorch bench schedulers --quick --out out/demo``
     """
-    from . import bench
-    from .plots import close, sweep_plot
+    from .. import bench
+    from ..plots import close, sweep_plot
 
     try:
         cm = _cost(cost)
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     n_seeds = seeds if seeds is not None else (1 if quick else 3)
     out.mkdir(parents=True, exist_ok=True)
     names = bench.default_names()
@@ -288,12 +274,12 @@ def bench_optimal(
 
     Example: ``iorch bench optimal --quick --out out/opt``
     """
-    from . import optbench
+    from .. import optbench
 
     try:
         cm = _cost(cost)
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     limit = exact_limit if exact_limit is not None else (2.0 if quick else 10.0)
     fams = optbench.families(quick, seeds)
     console.print(
@@ -445,9 +431,9 @@ def write_bench_cmd(
     import csv
     import json
 
-    from .cluster import local_cluster
-    from .engine import DEFAULT_WINDOW
-    from .writebench import ionode_peak_rss, parse_size, run
+    from ..cluster import local_cluster
+    from ..engine import DEFAULT_WINDOW
+    from ..writebench import ionode_peak_rss, parse_size, run
 
     try:
         nbytes, stripe_bytes = parse_size(size), parse_size(stripe)
@@ -470,7 +456,7 @@ def write_bench_cmd(
                        window=win)  # fmt: skip
             rss = ionode_peak_rss(cl)
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     win_bytes = win or DEFAULT_WINDOW
     raw = next(r for r in rows if r.name == "raw sequential write")
     h5 = next((r for r in rows if r.name.startswith("h5py")), None)
@@ -571,9 +557,9 @@ def run_bips3d(
 
     Example: ``iorch run bips3d --mesh mesh.graph --parts 8 --load 100 --format zarr``
     """
-    from .replicas import METHODS
-    from .workflows import bips3d
-    from .writebench import calibrated_cost, parse_size, raw_write_bandwidth
+    from ..measure import calibrated_cost, parse_size, raw_write_bandwidth
+    from ..replicas import METHODS
+    from ..workflows import bips3d
 
     try:
         methods = list(METHODS) if assign == "all" else [m.strip() for m in assign.split(",")]
@@ -613,7 +599,7 @@ def run_bips3d(
                                                               description=f"dumped {msg}"),
                 )  # fmt: skip
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     _report_bips3d(case, results, raw, net, load, policy, format, n_io, stripe_bytes, out)
 
 
@@ -621,8 +607,8 @@ def _report_bips3d(
     case: object, results: list, raw: float, net: float, load: int, policy: str, fmt: str,
     ionodes: int, stripe_bytes: int, out: Path,
 ) -> None:  # fmt: skip
-    from .plots import close, interval_map, realized_gantt
-    from .workflows.bips3d import MeshCase
+    from ..plots import close, interval_map, realized_gantt
+    from ..workflows.bips3d import MeshCase
 
     assert isinstance(case, MeshCase)
     mb = case.n_nodes * load * 8 / 1e6
@@ -700,8 +686,8 @@ def bench_idg(
 
     Example: ``iorch bench idg --quick``
     """
-    from .workflows.bips3d import default_mesh
-    from .workflows.idgbench import kernel_timing, table4
+    from ..workflows.bips3d import default_mesh
+    from ..workflows.idgbench import kernel_timing, table4
 
     real = mesh if mesh is not None else default_mesh()
     gen, parts = ((1, 2), (8, 64)) if quick else ((1, 2, 3, 4), (8, 16, 32, 64))
@@ -719,7 +705,7 @@ def bench_idg(
                 prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
                 timing = kernel_timing(kernel_nodes, seed=seed)
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if real is None:
         err.print("the real BIPS3D mesh is not on this machine: generated meshes only")
     t = Table(
@@ -783,8 +769,8 @@ def bench_stage(
 
     Example: ``iorch bench stage --quick``
     """
-    from .cluster import local_cluster
-    from .writebench import parse_size
+    from ..cluster import local_cluster
+    from ..measure import parse_size
 
     try:
         if quick:
@@ -797,7 +783,7 @@ def bench_stage(
                 raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
         if policy not in policies():
             raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
-        from .stagebench import run as run_bench
+        from ..stagebench import run as run_bench
 
         total = len(size_list) * len(task_list) * len(fmt_list)
         with local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl, \
@@ -807,7 +793,7 @@ def bench_stage(
             rows = run_bench(cl, out, size_list, task_list, fmt_list, policy=policy,
                              advance=lambda m: step(description=m), repeat=repeat)  # fmt: skip
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     console.print(
         f"bench stage: {ionodes} I/O workers, 2 compute workers, policy {policy}; baseline = "
         "each task writes its block into the shared target under a lock (h5py / zarr)",
@@ -839,12 +825,12 @@ def verify_cmd(
 
     Example: ``iorch verify out/ckpt.h5``
     """
-    from .stage import verify
+    from ..stage import verify
 
     try:
         bad = verify(path)
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if bad:
         for line in bad:
             err.print(f"[bold red]mismatch:[/] {line}")
@@ -863,7 +849,7 @@ def cost_cmd(
     try:
         console.print_json(json.dumps(get_cost_model(preset).to_dict()))
     except USER_ERRORS as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -877,7 +863,7 @@ def _terminate(signum: int, frame: object) -> None:
 def main() -> None:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     signal.signal(signal.SIGTERM, _terminate)
-    from .kernels import refresh_cache  # here, once, before any worker loads a kernel
+    from ..kernels import refresh_cache  # here, once, before any worker loads a kernel
 
     refresh_cache()
     app()
