@@ -219,6 +219,22 @@ def write_cut(
         writer.release()
 
 
+def _holds_a_stripe(writer: Any, names: Sequence[str], c: Any) -> bool:
+    """Whether cut ``c`` holds every byte of at least one stripe of a whole-stripe writer."""
+    held: dict[tuple[int, int], int] = {}
+    r = c.ranges
+    for d, off, n in zip(r.dataset.tolist(), r.offset.tolist(), r.nbytes.tolist(), strict=True):
+        m = writer.meta[names[d]]
+        k = off // m["stripe_bytes"]
+        held[(d, k)] = held.get((d, k), 0) + n
+    for (d, k), n in held.items():
+        m = writer.meta[names[d]]
+        r0 = k * m["rows_per_stripe"]
+        if n == (min(r0 + m["rows_per_stripe"], m["shape"][0]) - r0) * m["row_bytes"]:
+            return True
+    return False
+
+
 def _check(token: str, worker: Any = None) -> None:
     if token in _ABORTED:
         raise Aborted(f"stage {token} aborted")
@@ -292,6 +308,14 @@ def run_ionode(
         identity = writer.file_identity() if direct and not aggregate else None
         here = get_address_host(me.address)
         local = [identity is not None and get_address_host(a) == here for a in sources]
+        # which cuts of each batch their sources write themselves; a whole-stripe writer
+        # only takes cuts that hold a stripe whole (the others are fetched ahead as usual)
+        stripes = writer.direct == "stripes"
+        direct_cuts = [
+            {i for i, c in enumerate(b.cuts)
+             if local[c.source] and (not stripes or _holds_a_stripe(writer, names, c))}
+            for b in node.batches
+        ]  # fmt: skip
 
         def submit(b: Batch, i: int, task: Any, *extra: Any) -> Any:
             c = b.cuts[i]
@@ -305,7 +329,7 @@ def run_ionode(
             )  # fmt: skip
 
         def fetch(b: Batch) -> None:
-            mine = [i for i, c in enumerate(b.cuts) if not local[c.source]]
+            mine = [i for i in range(len(b.cuts)) if i not in direct_cuts[b.index]]
             cuts = [submit(b, i, cut) for i in mine]
             held[b.index] = cuts
 
@@ -320,7 +344,7 @@ def run_ionode(
         def write_direct(b: Batch) -> dict[int, Any]:
             """The batch's cuts on sources of this host: they write, we wait (order holds
             between batches; a batch's sources write side by side)."""
-            mine = [i for i, c in enumerate(b.cuts) if local[c.source]]
+            mine = sorted(direct_cuts[b.index])
             if not mine:
                 return {}
             futs = [submit(b, i, write_cut, fmt, info, s, identity) for i in mine]
@@ -377,7 +401,8 @@ def run_ionode(
             for f in held.pop(b.index):
                 f.release()
 
-        fetched = [sum(c.nbytes for c in b.cuts if not local[c.source]) for b in node.batches]
+        fetched = [sum(c.nbytes for i, c in enumerate(b.cuts) if i not in direct_cuts[b.index])
+                   for b in node.batches]  # fmt: skip
         state = Window(fetched, window)
         todo = state.start()
         peak = state.held
