@@ -168,12 +168,13 @@ def calibrated_cost(
     rate = float("inf")
     try:
         for _ in range(2):  # the first run also warms the workers up
-            # each client holds whole stripes here, so Zarr shards would all be stored by
-            # the workers holding them; in a stage of interleaved rows they go through the
-            # I/O nodes, and that is the rate a plan needs
+            # the way a stage of this size runs (direct writes by size, as write_stage
+            # decides), except Zarr: each client holds whole shards here, which would all be
+            # stored by the workers holding them; a stage of interleaved rows sends them
             res = write_stage(target, {spec.name: (spec, parts)}, policy="ecf",
                               cluster=cluster, stripe_bytes=stripe, overwrite=True,
-                              cost="modern", format=fmt, direct=fmt != "zarr")  # fmt: skip
+                              cost="modern", format=fmt,
+                              direct=False if fmt == "zarr" else None)  # fmt: skip
             remove_path(target)
             os.sync()
             rate = spec.nbytes / n / max(res.trace.makespan, 1e-6)

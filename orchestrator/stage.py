@@ -200,7 +200,7 @@ def write_stage(
     seed: int = 0,
     attrs: Mapping[str, Mapping[str, Any]] | None = None,
     window: int = DEFAULT_WINDOW,
-    direct: bool = True,
+    direct: bool | None = None,
     **policy_options: Any,
 ) -> StageResult:
     """Write contributed datasets to ``target`` through the I/O workers, in plan order.
@@ -238,12 +238,14 @@ def write_stage(
     window : int
         Bytes each I/O worker may hold at once (data fetched ahead of the
         write in progress); its memory for the stage is bounded by it.
-    direct : bool
+    direct : bool or None
         Let workers on an I/O worker's host write their pieces into its file
         themselves, batch by batch as that I/O worker orders them, instead
-        of sending the bytes (``"hdf5"`` and ``"hdf5-vds"``; on one machine
-        this removes the copy between processes). False sends every byte to
-        the I/O workers, as on separate machines.
+        of sending the bytes (``"hdf5"``, ``"hdf5-vds"``, whole Zarr shards;
+        on one machine this removes the copy between processes). False sends
+        every byte to the I/O workers, as on separate machines; None (the
+        default) writes directly when the stage is large enough to gain
+        (two full batches per I/O node, a quarter of the window each).
 
     Returns
     -------
@@ -280,8 +282,8 @@ def write_stage(
         raise StorageError(f"{target} exists; pass overwrite=True to replace it")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise StageError(f"window must be a positive number of bytes, got {window!r}")
-    if not isinstance(direct, bool):
-        raise StageError(f"direct must be True or False, got {direct!r}")
+    if direct is not None and not isinstance(direct, bool):
+        raise StageError(f"direct must be True, False or None, got {direct!r}")
     if not target.parent.is_dir():
         raise StorageError(f"directory {target.parent} does not exist")
     if not os.access(target.parent, os.W_OK):

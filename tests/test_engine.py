@@ -69,7 +69,8 @@ def test_stage_writes_exact_data_and_verifies(
     datasets, truth = _case(interleaved=interleaved)
     target = tmp_path / f"ckpt.{fmt}"
     res = write_stage(target, datasets, format=fmt, policy=policy, cluster=cluster,
-                      stripe_bytes=2048, strategy=strategy, unique=True)  # fmt: skip
+                      stripe_bytes=2048, strategy=strategy, unique=True,
+                      direct=True)  # fmt: skip
     data = _read(fmt, target)
     assert np.array_equal(data["u"], truth)
     assert np.array_equal(data["ids"], np.arange(3000, dtype=np.int32))  # int16 values cast
@@ -457,3 +458,18 @@ def test_zarr_shards_held_whole_by_one_worker_are_stored_there(cluster, tmp_path
         assert writers & set(cluster.compute), "no shard was stored by the worker holding it"
     else:
         assert writers <= set(cluster.ionodes)
+
+
+def test_direct_writes_by_default_only_when_the_stage_has_batches_to_spread(cluster, tmp_path):
+    """direct=None: a stage of less than two full batches per I/O node is sent to the I/O
+    workers (written directly, one source would run a node's whole stream at once); the same
+    stage with a window a hundred times smaller is written by the workers holding it."""
+    datasets, truth = _case(seed=2)
+    small = write_stage(tmp_path / "s.h5", datasets, cluster=cluster, stripe_bytes=1024)
+    assert set(small.trace.worker) <= set(cluster.ionodes)
+    many = write_stage(tmp_path / "m.h5", datasets, cluster=cluster, stripe_bytes=1024,
+                       window=4096)  # fmt: skip
+    assert set(many.trace.worker) & set(cluster.compute)
+    for out in ("s.h5", "m.h5"):
+        assert np.array_equal(_read("hdf5", tmp_path / out)["u"], truth)
+        assert verify(tmp_path / out) == []
