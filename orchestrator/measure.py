@@ -12,8 +12,10 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
@@ -22,7 +24,13 @@ from .errors import InputError
 from .files import remove_path
 from .stage import write_stage
 
-__all__ = ["calibrated_cost", "contribution", "parse_size", "raw_write_bandwidth"]
+__all__ = [
+    "calibrated_cost",
+    "contribution",
+    "parse_size",
+    "pieces_write_seconds",
+    "raw_write_bandwidth",
+]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}  # fmt: skip
@@ -123,24 +131,85 @@ def _direct_write_bandwidth(path: Path, nbytes: int, block: int, buf: memoryview
     return nbytes / seconds
 
 
+def pieces_write_seconds(
+    cluster: IOCluster, directory: Path, sizes: npt.ArrayLike, seed: int = 0
+) -> float:
+    """Seconds for the compute workers to write pieces of these sizes into one file themselves.
+
+    The pieces tile a new file; each compute worker writes an equal share of
+    them, in random order, side by side with the others, as the engine's
+    direct writes do (:class:`~orchestrator.directio.PositionedFile`, whole
+    pages with ``O_DIRECT``), then fsyncs — with no plan, no batches and no
+    coordination. What a device does with pieces of a stage's sizes bounds
+    any schedule of them on this machine: small writes are slower per byte
+    than the large ones of :func:`raw_write_bandwidth`.
+
+    Examples
+    --------
+    >>> pieces_write_seconds(cluster, Path("out"), [300_000] * 100)  # doctest: +SKIP
+    0.041
+    """
+    from distributed import wait
+
+    size = np.asarray(sizes, dtype=np.int64)
+    pos = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
+    path = directory / f".pieces-{os.getpid()}.bin"
+    with open(path, "wb") as f:
+        f.truncate(int(size.sum()))
+    workers = cluster.compute or cluster.ionodes
+    order = np.random.default_rng(seed).permutation(size.size)
+    try:
+        t0 = time.perf_counter()
+        futs = [cluster.client.submit(_write_pieces, str(path), pos[order[k :: len(workers)]],
+                                      size[order[k :: len(workers)]], workers=[w], pure=False)
+                for k, w in enumerate(workers)]  # fmt: skip
+        wait(futs)
+        for f in futs:
+            f.result()
+        return time.perf_counter() - t0
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _write_pieces(path: str, pos: np.ndarray, size: np.ndarray) -> None:
+    from .directio import PositionedFile
+
+    longest = int(size.max()) if size.size else 0
+    # values as a stage's: floats, and buffers that start anywhere in a page
+    values = np.arange(longest // 8 + 8, dtype=np.float64).view(np.uint8)
+    f = PositionedFile(path)
+    try:
+        for k, (p, n) in enumerate(zip(pos.tolist(), size.tolist(), strict=True)):
+            f.write(p, memoryview(values[k % 8 : k % 8 + n].data))
+        f.fsync()
+    finally:
+        f.close()
+
+
 def calibrated_cost(
     cluster: IOCluster,
     raw_bandwidth: float,
     nbytes: int = 256 << 20,
     directory: Path | None = None,
     fmt: str = "hdf5",
+    stripe_bytes: int = 8 << 20,
 ) -> CostModel:
-    """A planning model of this machine, measured: what one I/O node moves and writes per second
-    while all of them work at once.
+    """A planning model of this machine, measured: what one I/O node moves and writes per second,
+    and what each unit costs beyond its bytes, while all of them work at once.
 
-    With ``directory``, a calibration stage of ``nbytes`` (equal loads, one
-    contiguous piece per client and I/O node, so its plan is trivially at
-    its lower bound) is written there twice through the engine, in format
-    ``fmt``; the second
-    run's bytes per I/O node ÷ its realized makespan is the rate. That rate
-    includes everything a byte costs on its way (cut, worker-to-worker copy,
-    write, checksum, writeback), which on a small machine share the same
-    CPUs — the rates of the parts alone would overstate it. Without
+    With ``directory``, two calibration stages of ``nbytes`` with equal
+    loads per I/O node are written there through the engine, in format
+    ``fmt`` in stripes of ``stripe_bytes`` (each twice; the first run warms
+    up): one in a single contiguous piece per client, one in pieces of about
+    250 kB, each about one unit. The
+    two realized makespans give, per I/O node, the seconds per unit (their
+    difference ÷ the difference in units; the model's ``network_latency``)
+    and the rate of the bytes. Both include everything on a byte's way (cut,
+    worker-to-worker copy, write, checksum, writeback), which on a small
+    machine share the same CPUs — the rates of the parts alone would
+    overstate it; and a device writes small pieces slower than large ones
+    (measured here with ``O_DIRECT``: 0.6 GB/s in 64 KiB writes, 1.6 GB/s in
+    4 MiB ones), which a model of bytes alone does not see. Without
     ``directory``, the concurrent worker-to-worker copy rate
     (:meth:`~orchestrator.cluster.IOCluster.ingest_bandwidth`) and the raw
     disk bandwidth are shared equally by the I/O nodes.
@@ -158,16 +227,48 @@ def calibrated_cost(
     width = 128
     n_rows = max(n * 2, nbytes // (width * 8))
     spec = DatasetSpec("calibration", (n_rows, width), "float64")
-    clients = 2 * n
-    bounds = np.linspace(0, n_rows, clients + 1).astype(np.int64)
-    parts = [cluster.client.submit(contribution, c, np.arange(bounds[c], bounds[c + 1]), width,
-                                   pure=False, workers=[cluster.compute_worker(c)])
-             for c in range(clients)]  # fmt: skip
-    stripe = max(spec.row_bytes, -(-spec.nbytes // clients))  # one stripe per client
+    stripe = max(spec.row_bytes, min(stripe_bytes, spec.nbytes // n) // spec.row_bytes
+                 * spec.row_bytes)  # fmt: skip
+    stripe_rows = stripe // spec.row_bytes
+    # the same bytes twice: in one contiguous piece per client, then in pieces of about
+    # 250 kB (not a whole number of pages, as rows of a mesh are not) dealt round-robin to
+    # as many clients as a stripe holds pieces, so each unit is about one piece. The
+    # difference of the two makespans is what a unit costs beyond its bytes
+    timed = []
+    for clients, rows in ((2 * n, -(-n_rows // (2 * n))),
+                          (max(2, stripe // CALIBRATION_PIECE),
+                           max(1, CALIBRATION_PIECE // spec.row_bytes))):  # fmt: skip
+        owner = (np.arange(n_rows) // rows) % clients
+        stripe_of = np.arange(n_rows) // stripe_rows
+        units = len(np.unique(owner * (int(stripe_of[-1]) + 1) + stripe_of))  # (client, stripe)
+        parts = [cluster.client.submit(contribution, c, np.flatnonzero(owner == c), width,
+                                       pure=False, workers=[cluster.compute_worker(c)])
+                 for c in range(clients)]  # fmt: skip
+        try:
+            timed.append((units, _calibration_makespan(cluster, directory, spec, parts, stripe,
+                                                       fmt)))  # fmt: skip
+        finally:
+            for p in parts:
+                p.release()
+    (u_big, t_big), (u_small, t_small) = timed
+    per_unit = max(0.0, (t_small - t_big) / max(u_small - u_big, 1) * n)
+    rate = spec.nbytes / n / max(t_big - u_big / n * per_unit, 1e-6)
+    return CostModel(network_bandwidth=rate, disk_bandwidth=max(raw_bandwidth / n, rate),
+                     network_latency=per_unit, disk_latency=0.0, name="calibrated")  # fmt: skip
+
+
+#: bytes per piece of the calibration stage that measures what a unit costs
+CALIBRATION_PIECE = 250_000
+
+
+def _calibration_makespan(
+    cluster: IOCluster, directory: Path, spec: DatasetSpec, parts: list[Any], stripe: int, fmt: str
+) -> float:
+    """Realized makespan of a calibration stage, written twice (the first warms up)."""
     target = directory / f".calibration-{os.getpid()}.{'h5' if fmt == 'hdf5' else 'd'}"
-    rate = float("inf")
+    makespan = float("inf")
     try:
-        for _ in range(2):  # the first run also warms the workers up
+        for _ in range(2):
             # the way a stage of this size runs (direct writes by size, as write_stage
             # decides), except Zarr: each client holds whole shards here, which would all be
             # stored by the workers holding them; a stage of interleaved rows sends them
@@ -177,10 +278,7 @@ def calibrated_cost(
                               direct=False if fmt == "zarr" else None)  # fmt: skip
             remove_path(target)
             os.sync()
-            rate = spec.nbytes / n / max(res.trace.makespan, 1e-6)
+            makespan = res.trace.makespan
     finally:
         remove_path(target)
-        for p in parts:
-            p.release()
-    return CostModel(network_bandwidth=rate, disk_bandwidth=max(raw_bandwidth / n, rate),
-                     network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
+    return makespan

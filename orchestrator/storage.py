@@ -187,7 +187,7 @@ class Writer(ABC):
 
     #: what other processes on this host may write into the same output themselves
     #: (direct writes, see :mod:`orchestrator.engine.worker`): ``"pieces"`` (any piece, at
-    #: its fixed position: :meth:`write_at`), ``"stripes"`` (whole stripes only:
+    #: its fixed position: :meth:`position`, :meth:`write_run`), ``"stripes"`` (whole stripes only:
     #: :meth:`WholeStripeWriter.store_whole`) or None (every byte must come to this writer)
     direct: str | None = None
 
@@ -199,8 +199,15 @@ class Writer(ABC):
         """
         return None
 
-    def write_at(self, dataset: str, offset: int, data: memoryview) -> None:
-        """Write the piece at its position, without checksumming it (``direct == "pieces"``)."""
+    def position(self, dataset: str, offset: int) -> int:
+        """Byte position in the file of byte ``offset`` of ``dataset`` (``direct == "pieces"``)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
+
+    def write_run(self, position: int, views: Sequence[memoryview]) -> None:
+        """Write pieces that follow each other in the file from ``position``, unchecksummed.
+
+        For ``direct == "pieces"``: sources write their cuts' pieces with it.
+        """
         raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
 
     def add_stored(self, dataset: str, offset: int, checksum: str) -> None:

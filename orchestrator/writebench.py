@@ -17,12 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .cluster import IOCluster
 from .contributions import DatasetSpec
 from .engine.dispatch import DEFAULT_WINDOW
 from .files import fsync_path, fsync_tree, remove_path
-from .measure import calibrated_cost, contribution, parse_size, raw_write_bandwidth
+from .measure import (
+    calibrated_cost,
+    contribution,
+    parse_size,
+    pieces_write_seconds,
+    raw_write_bandwidth,
+)
 from .stage import write_stage
 from .storage import get_backend
 
@@ -35,6 +42,7 @@ __all__ = [
     "parse_size",
     "raw_write_bandwidth",
     "run",
+    "stage_pieces",
     "synthetic_stage",
     "to_zarr_seconds",
 ]
@@ -63,20 +71,10 @@ def synthetic_stage(
     >>> spec.n_rows, len(parts)
     (1024, 4)
     """
-    rng = np.random.default_rng(seed)
     width = max(1, row_bytes // 8)
     n_rows = max(1, nbytes // (width * 8))
     spec = DatasetSpec("field", (n_rows, width), "float64")
-    owner = np.empty(n_rows, dtype=np.int64)
-    longest = max(1, min(512, n_rows // (2 * n_clients)))
-    r, k, cycle = 0, 0, rng.permutation(n_clients)
-    while r < n_rows:  # every client gets runs: clients in a fresh random order each cycle
-        run = int(rng.integers(max(1, longest // 8), longest + 1))
-        owner[r : r + run] = cycle[k]
-        r += run
-        k += 1
-        if k == n_clients:
-            k, cycle = 0, rng.permutation(n_clients)
+    owner = _owners(n_rows, n_clients, seed)
     extra = max(1, int(halo * 512))
     held = []
     for c in range(n_clients):
@@ -87,6 +85,41 @@ def synthetic_stage(
         halo_rows = (ends[:, None] + np.arange(1, extra + 1)).ravel()
         held.append((c, np.unique(np.concatenate([rows, halo_rows[halo_rows < n_rows]]))))
     return spec, [contribution(c, rows, width) for c, rows in held] if materialize else held
+
+
+def _owners(n_rows: int, n_clients: int, seed: int) -> npt.NDArray[np.int64]:
+    """The client that owns each row of :func:`synthetic_stage` (runs of random length)."""
+    rng = np.random.default_rng(seed)
+    owner = np.empty(n_rows, dtype=np.int64)
+    longest = max(1, min(512, n_rows // (2 * n_clients)))
+    r, k, cycle = 0, 0, rng.permutation(n_clients)
+    while r < n_rows:  # every client gets runs: clients in a fresh random order each cycle
+        run = int(rng.integers(max(1, longest // 8), longest + 1))
+        owner[r : r + run] = cycle[k]
+        r += run
+        k += 1
+        if k == n_clients:
+            k, cycle = 0, rng.permutation(n_clients)
+    return owner
+
+
+def stage_pieces(
+    nbytes: int, n_clients: int, stripe_bytes: int, row_bytes: int = 1024, seed: int = 0
+) -> npt.NDArray[np.int64]:
+    """Bytes of each piece of :func:`synthetic_stage`: its owners' runs, cut at stripe ends.
+
+    Examples
+    --------
+    >>> sizes = stage_pieces(1 << 20, 4, 1 << 18)
+    >>> int(sizes.sum()), bool((sizes <= 1 << 18).all())
+    (1048576, True)
+    """
+    spec, _ = synthetic_stage(nbytes, n_clients, row_bytes, seed=seed, materialize=False)
+    owner = _owners(spec.n_rows, n_clients, seed)
+    rows = np.arange(spec.n_rows)
+    stripe = rows * spec.row_bytes // stripe_bytes
+    starts = np.flatnonzero(np.r_[True, (owner[1:] != owner[:-1]) | (stripe[1:] != stripe[:-1])])
+    return np.diff(np.r_[starts, spec.n_rows]).astype(np.int64) * spec.row_bytes
 
 
 @dataclass(frozen=True)
@@ -275,7 +308,7 @@ def run(
     os.sync()
     raw0 = raw_write_bandwidth(directory, spec.nbytes, data=values)
     cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 256 << 20), directory=directory,
-                           fmt=fmt)  # fmt: skip
+                           fmt=fmt, stripe_bytes=stripe_bytes)  # fmt: skip
     try:
         import adios2  # noqa: F401
 
@@ -308,6 +341,12 @@ def run(
         jobs.append(("worker-to-worker copy, no write", "bound",
                      lambda: (spec.nbytes / cluster.ingest_bandwidth(probe, repeats=1),
                               None)))  # fmt: skip
+    if fmt == "hdf5":
+        # what the device does with pieces of this stage's sizes, written by the compute
+        # workers themselves (as direct writes are) with no plan: the bound of any policy
+        sizes = stage_pieces(nbytes, n_clients, stripe_bytes)
+        jobs.append(("the stage's pieces, written by the workers, no plan", "bound",
+                     lambda: (pieces_write_seconds(cluster, directory, sizes), None)))  # fmt: skip
 
     def policy_job(p: str, direct: bool = True) -> Callable[[], tuple[float, Any]]:
         def go() -> tuple[float, Any]:
@@ -320,8 +359,9 @@ def run(
                 from .plots import close, realized_gantt
 
                 tr = res.trace
+                name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
                 close(realized_gantt(res.plan, tr.unit, tr.ionode, tr.start, tr.end,
-                                     path=gantt_dir / f"gantt-{p}.png"))  # fmt: skip
+                                     path=gantt_dir / name))  # fmt: skip
             remove_path(target)
             return res.seconds, res
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
-from orchestrator.directio import PAGE, PositionedFile
+from orchestrator.directio import PAGE, PositionedFile, contiguous_runs
 from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
 from orchestrator.storage import (
@@ -56,10 +56,6 @@ class _PositionedWriter(Writer):
         self.aggregate = aggregate
         self.pending: list[tuple[int, memoryview]] = []
 
-    def position(self, dataset: str, offset: int) -> int:
-        """Byte position in the file of byte ``offset`` of ``dataset``."""
-        raise NotImplementedError
-
     def put(self, dataset: str, offset: int, data: memoryview) -> None:
         self.sums.add(dataset, offset, data)
         pos = self.position(dataset, offset)
@@ -68,8 +64,8 @@ class _PositionedWriter(Writer):
         else:
             self.file.write(pos, data)
 
-    def write_at(self, dataset: str, offset: int, data: memoryview) -> None:
-        self.file.write(self.position(dataset, offset), data)
+    def write_run(self, position: int, views: Sequence[memoryview]) -> None:
+        self.file.writev(position, views)
 
     def file_identity(self) -> tuple[int, int] | None:
         return self.file.identity()
@@ -81,19 +77,9 @@ class _PositionedWriter(Writer):
         self.file.start_writeback()
 
     def _write_pending(self) -> None:
-        if not self.pending:
-            return
-        self.pending.sort(key=lambda p: p[0])
-        run_start, chunks, at = self.pending[0][0], [self.pending[0][1]], 0
-        at = run_start + len(chunks[0])
-        for pos, blob in self.pending[1:]:
-            if pos == at:
-                chunks.append(blob)
-                at += len(blob)
-                continue
-            self.file.write(run_start, _joined(chunks))
-            run_start, chunks, at = pos, [blob], pos + len(blob)
-        self.file.write(run_start, _joined(chunks))
+        got = self.pending
+        for run in contiguous_runs([p for p, _ in got], [len(v) for _, v in got]):
+            self.file.writev(got[run[0]][0], [got[i][1] for i in run])
         self.pending.clear()
 
     def flush(self) -> None:
@@ -108,10 +94,6 @@ class _PositionedWriter(Writer):
 
     def release(self) -> None:
         self.file.close()
-
-
-def _joined(chunks: list[memoryview]) -> memoryview:
-    return chunks[0] if len(chunks) == 1 else memoryview(b"".join(chunks))
 
 
 class HDF5Writer(_PositionedWriter):

@@ -279,17 +279,55 @@ def test_positioned_file_writes_every_piece_exactly(tmp_path_factory, data):
     truth = rng.integers(0, 256, size, dtype=np.uint8)
     path.write_bytes(b"")
     direct = data.draw(st.booleans())
-    f = PositionedFile(path, direct=direct)
-    order = data.draw(st.permutations(range(len(bounds) - 1)))
-    for i in order:
-        a, b = bounds[i], bounds[i + 1]
-        skew = data.draw(st.integers(0, 7))  # the caller's buffer starts anywhere
-        buf = np.empty(b - a + skew, np.uint8)[skew:]
-        buf[:] = truth[a:b]
-        f.write(a, memoryview(buf))
+    # direct writes gathered a few pages at a time, so runs fill the buffer several times
+    f = PositionedFile(path, direct=direct, chunk=data.draw(st.sampled_from([PAGE, 3 * PAGE])))
+    pieces = range(len(bounds) - 1)
+    # neighbouring pieces written as one run (writev), runs in any order
+    ends = sorted(
+        data.draw(st.sets(st.integers(1, len(pieces)), max_size=len(pieces))) | {len(pieces)}
+    )
+    runs = [list(pieces[a:b]) for a, b in itertools.pairwise([0, *ends])]
+    for run in data.draw(st.permutations(runs)):
+        views = []
+        for i in run:
+            a, b = bounds[i], bounds[i + 1]
+            skew = data.draw(st.integers(0, 7))  # the caller's buffer starts anywhere
+            buf = np.empty(b - a + skew, np.uint8)[skew:]
+            buf[:] = truth[a:b]
+            views.append(memoryview(buf))
+        if len(views) == 1:
+            f.write(bounds[run[0]], views[0])
+        else:
+            f.writev(bounds[run[0]], views)
     f.fsync()
     f.close()
     assert path.read_bytes() == truth.tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 9)), max_size=30))
+def test_contiguous_runs_group_exactly_the_neighbours(spec):
+    """Oracle: walk the pieces in position order; a piece starts a new run unless it begins
+    where the previous one ended."""
+    from orchestrator.directio import contiguous_runs
+
+    pos, at = [], 0
+    for gap, n in spec:  # non-overlapping pieces, shuffled below
+        at += gap
+        pos.append((at, n))
+        at += n
+    perm = np.random.default_rng(len(spec)).permutation(len(pos))
+    position = [pos[i][0] for i in perm]
+    size = [pos[i][1] for i in perm]
+    runs = contiguous_runs(position, size)
+    flat = [int(i) for r in runs for i in r]
+    assert sorted(flat) == list(range(len(pos)))
+    assert [position[i] for i in flat] == sorted(position)
+    for r in runs:
+        for x, y in itertools.pairwise(r):
+            assert position[y] == position[x] + size[x]
+    for r, s in itertools.pairwise(runs):
+        assert position[s[0]] != position[r[-1]] + size[r[-1]]
 
 
 def test_positioned_file_sends_whole_pages_directly_and_falls_back_to_the_cache(tmp_path):

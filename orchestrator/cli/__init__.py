@@ -501,8 +501,11 @@ def write_bench_cmd(
         "s: median seconds (best s: the fastest round; ratios are throughput ÷ the anchor's), "
         "everything included (policies: plan, dispatch, checksums while "
         "writing, fsync, commit; anchors: open, write, close, fsync). Planned makespan uses a "
-        "cost model measured in this run (a calibration stage of equal loads gives each I/O "
-        "node's rate); realized is first write to last fsync. "
+        "cost model measured in this run (two calibration stages of equal loads, in large and "
+        "in small pieces, give each I/O node's rate and what a unit costs beyond its bytes); "
+        "realized is first write to last fsync. Bounds: what moving the bytes between "
+        "processes costs, and what the device does with the stage's pieces when the "
+        "workers write them with no plan. "
         f"Saved {out / 'results.json'}."
     )
     held = max((r.peak_held for r in rows), default=0)
@@ -588,7 +591,7 @@ def run_bips3d(
                 n_io = cl.n_ionodes
                 # planning and the auto rule see this machine's link and disk, measured
                 cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20), directory=out,
-                                       fmt=format)  # fmt: skip
+                                       fmt=format, stripe_bytes=stripe_bytes)  # fmt: skip
                 net = cost.network_bandwidth * n_io
                 total = repeat * (1 if strategy == "sequential" else len(methods))
                 prog.update(task, description="dumping", total=total)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..contributions import ContributionError
+from ..directio import contiguous_runs
 from ..errors import StageAborted as Aborted
 from ..files import remove_path
 from ..storage import crc32, get_backend
@@ -180,7 +181,8 @@ def write_cut(
     back instead, as :func:`cut` would return them, for the I/O node to write.
 
     Returns ``("written", crc, start, end)`` (per range: CRC-32 of its bytes,
-    wall-clock span of its write) or ``("data", parts)``.
+    wall-clock span of the write of its run — ranges that meet in the file
+    are written together, in file order) or ``("data", parts)``.
 
     Examples
     --------
@@ -205,14 +207,17 @@ def write_cut(
             return ("stored", stored, left, t0, time.time())
         start, end = np.zeros(len(parts)), np.zeros(len(parts))
         crc = np.zeros(len(parts), dtype=np.int64)
-        # one piece at a time: measured on 2 cores, 4 threads writing a cut's pieces at
-        # once were slower than one (and ISA-L's CRC-32 costs little beside a write)
-        for i, part in enumerate(parts):
-            view = memoryview(part.data)
-            start[i] = time.time()
-            writer.write_at(names[dataset[i]], int(offset[i]), view)
-            end[i] = time.time()
-            crc[i] = crc32(view)
+        views = [memoryview(p.data) for p in parts]
+        where = [writer.position(names[d], int(o)) for d, o in zip(dataset, offset, strict=True)]
+        # pieces that meet in the file (neighbouring rows of two clients of this worker)
+        # go as one run, in file order: fewer, larger writes. One run at a time: measured
+        # on 2 cores, 4 threads writing a cut at once were slower than one
+        for run in contiguous_runs(where, [len(v) for v in views]):
+            t0 = time.time()
+            writer.write_run(where[run[0]], [views[i] for i in run])
+            start[run], end[run] = t0, time.time()
+            for i in run.tolist():
+                crc[i] = crc32(views[i])
         writer.end_batch()
         return ("written", crc, start, end)
     finally:
