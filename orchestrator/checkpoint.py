@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
-from .storage import StorageError
+from .storage import StorageError, format_of, get_backend
 
 __all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
 
@@ -56,11 +56,8 @@ class Checkpoint:
 
 
 def _manifest(path: Path) -> dict[str, Any]:
-    from .stage import _format_of
-    from .storage import get_backend
-
     try:
-        manifest: dict[str, Any] = get_backend(_format_of(path)).read_manifest(path)
+        manifest: dict[str, Any] = get_backend(format_of(path)).read_manifest(path)
     except StorageError as err:
         raise CheckpointError(str(err)) from None
     except Exception as err:  # a foreign or truncated file: h5py / zarr / json errors

@@ -43,6 +43,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint
 from .contributions import Contribution, ContributionError, DatasetSpec
+from .storage import get_backend
 
 __all__ = ["OutputStage", "StageOptions", "output_stage", "set_default_cluster"]
 
@@ -412,9 +413,9 @@ def output_stage(
     """
 
     def wrap(f: Callable[..., Any]) -> OutputStage:
-        ext = "zarr" if format == "zarr" else "h5"
+        suffix = get_backend(format).suffix  # an unknown format is an error here, at once
         opts = StageOptions(
-            target=target or f"{{name}}-step{{step}}.{ext}", clients=clients, format=format,
+            target=target or f"{{name}}-step{{step}}{suffix}", clients=clients, format=format,
             policy=policy, strategy=strategy, stripe_bytes=stripe_bytes, assignment=assignment,
             step=step, client=client, shapes=shapes, allow_missing=allow_missing,
             overwrite=overwrite, scheduler=scheduler, n_ionodes=n_ionodes, cluster=cluster,

@@ -180,12 +180,24 @@ class Plan:
     messages: int = 0
     kernel_seconds: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
-    #: ``exact``: relative gap ``(makespan - proven bound) / makespan`` of the solver
-    optimality_gap: float | None = None
-    #: ``exact``: whether the solver proved its plan optimal
-    proven_optimal: bool | None = None
-    #: ``auto``: the policy whose plan it returned
-    chosen_policy: str | None = None
+    #: what one policy alone reports about its plan (``exact``: ``optimality_gap``,
+    #: ``proven_optimal``; ``auto``: ``chosen_policy``), so a new policy adds no field here
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def optimality_gap(self) -> float | None:
+        """``exact``: relative gap ``(makespan - proven bound) / makespan`` of the solver."""
+        return self.extras.get("optimality_gap")
+
+    @property
+    def proven_optimal(self) -> bool | None:
+        """``exact``: whether the solver proved its plan optimal."""
+        return self.extras.get("proven_optimal")
+
+    @property
+    def chosen_policy(self) -> str | None:
+        """``auto``: the policy whose plan it returned."""
+        return self.extras.get("chosen_policy")
 
     # ----------------------------------------------------------------- units
     @property

@@ -32,7 +32,7 @@ from .files import remove_path
 from .layout import StripeLayout, derive_transfers
 from .plan import Plan
 from .policies import get_policy, schedule
-from .storage import MANIFEST_VERSION, StorageError, get_backend, stripe_checksum
+from .storage import MANIFEST_VERSION, StorageError, format_of, get_backend, stripe_checksum
 from .transfers import TransferSet
 
 __all__ = [
@@ -402,13 +402,6 @@ def _manifest(fmt: str, staged: Staged, plan: Plan, trace: Trace, sums: dict[str
     }
 
 
-def _format_of(path: Path) -> str:
-    """The backend that wrote a committed target, from its shape on disk."""
-    if not path.exists():
-        raise StorageError(f"{path} does not exist")
-    return "hdf5" if not path.is_dir() else "hdf5-vds" if (path / "master.h5").exists() else "zarr"
-
-
 @contextmanager
 def open_datasets(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """The datasets of a committed target as h5py / zarr arrays, closed on exit.
@@ -419,7 +412,7 @@ def open_datasets(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     ...     data["u"][:4]
     """
     path = Path(path)
-    data = get_backend(_format_of(path)).open(path)
+    data = get_backend(format_of(path)).open(path)
     try:
         yield data
     finally:
@@ -443,7 +436,7 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     orchestrator.errors.StorageError: no-such-checkpoint.h5 does not exist
     """
     path = Path(path)
-    backend = get_backend(_format_of(path))
+    backend = get_backend(format_of(path))
     manifest = backend.read_manifest(path)
     bad = []
     for name, ds in manifest["datasets"].items():

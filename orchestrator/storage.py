@@ -9,6 +9,7 @@ receives byte ranges of datasets and decides when to write them.
 from __future__ import annotations
 
 import importlib
+import os
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .contributions import DatasetSpec
-from .errors import StorageError
+from .errors import OrchestratorError, StorageError
 from .layout import StripeLayout
 
 __all__ = [
@@ -25,10 +26,15 @@ __all__ = [
     "StorageError",
     "WholeStripeWriter",
     "Writer",
+    "backend_names",
+    "backend_ref",
     "fold_crc32",
+    "format_of",
     "get_backend",
+    "register_backend",
     "stripe_checksum",
     "stripe_meta",
+    "unregister_backend",
 ]
 
 MANIFEST_VERSION = 1
@@ -396,6 +402,17 @@ class Backend(ABC):
         """The stripe size this format needs for ``spec`` (default: as requested)."""
         return requested
 
+    #: how a target of this format ends (``".h5"``, ``".zarr"``): for default target names
+    suffix: str = ""
+
+    def guess_can_open(self, path: Path) -> bool:
+        """Whether ``path`` looks like a target of this format (cheap: no full open).
+
+        Like xarray's ``BackendEntrypoint.guess_can_open``: used by
+        :func:`format_of` to find who reads a committed target.
+        """
+        return False
+
     def direct_writes(self, info: dict[str, Any]) -> bool:
         """Whether this target's writers put raw bytes at fixed file positions, so workers
         on an I/O worker's host may write pieces themselves (:meth:`Writer.file_identity`).
@@ -403,23 +420,141 @@ class Backend(ABC):
         return False
 
 
-_BACKENDS = {"hdf5": "orchestrator.plugins.hdf5:HDF5Backend",
-             "hdf5-vds": "orchestrator.plugins.hdf5:HDF5SubfileBackend",
-             "hdf5-chunked": "orchestrator.plugins.hdf5:HDF5ChunkedBackend",
-             "zarr": "orchestrator.plugins.zarr:ZarrBackend"}  # fmt: skip
+#: built-in formats: name -> "module:Class" (imported on first use)
+_BACKENDS: dict[str, str | type[Backend]] = {
+    "hdf5": "orchestrator.plugins.hdf5:HDF5Backend",
+    "hdf5-vds": "orchestrator.plugins.hdf5:HDF5SubfileBackend",
+    "hdf5-chunked": "orchestrator.plugins.hdf5:HDF5ChunkedBackend",
+    "zarr": "orchestrator.plugins.zarr:ZarrBackend",
+}
+#: entry point group through which installed packages add formats
+ENTRY_POINTS = "orchestrator.backends"
+_loaded_entry_points = False
 
 
-def get_backend(name: str) -> Backend:
-    """The backend registered as ``name`` (``"hdf5"`` or ``"zarr"``), imported lazily.
+def _entry_points() -> None:
+    """Formats of installed packages (``[project.entry-points."orchestrator.backends"]``)."""
+    global _loaded_entry_points
+    if _loaded_entry_points:
+        return
+    _loaded_entry_points = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        _BACKENDS.setdefault(ep.name, ep.value)
+
+
+def register_backend(name: str, backend: str | type[Backend], replace: bool = False) -> None:
+    """Make format ``name`` available: a :class:`Backend` subclass or ``"module:Class"``.
+
+    Installed packages can do the same without code, through the entry
+    point group ``orchestrator.backends``.
+
+    Examples
+    --------
+    >>> register_backend("hdf5-again", "orchestrator.plugins.hdf5:HDF5Backend")
+    >>> "hdf5-again" in backend_names()
+    True
+    >>> unregister_backend("hdf5-again")
+    """
+    if not isinstance(name, str) or not name or ":" in name:
+        raise StorageError(f"a format's name must be a non-empty string without ':', got {name!r}")
+    if not (isinstance(backend, str) and ":" in backend) and not (
+        isinstance(backend, type) and issubclass(backend, Backend)
+    ):
+        raise StorageError(f"format {name!r}: need a Backend subclass or 'module:Class', "
+                           f"got {backend!r}")  # fmt: skip
+    _entry_points()
+    if name in _BACKENDS and not replace:
+        raise StorageError(f"a format named {name!r} is registered already")
+    _BACKENDS[name] = backend
+
+
+def unregister_backend(name: str) -> None:
+    """Forget format ``name`` (for tests and plugins that replace one).
+
+    Examples
+    --------
+    >>> unregister_backend("no-such-format")
+    """
+    _BACKENDS.pop(name, None)
+
+
+def backend_names() -> list[str]:
+    """Every format that can be written, built-in ones first.
+
+    Examples
+    --------
+    >>> backend_names()[:4]
+    ['hdf5', 'hdf5-vds', 'hdf5-chunked', 'zarr']
+    """
+    _entry_points()
+    return list(_BACKENDS)
+
+
+def backend_ref(name: str) -> str | type[Backend]:
+    """What to send another process for it to find format ``name``: the name itself when
+    that process finds it as this one does (built in, or an installed entry point), else
+    the registered class (pickled by Dask: a class registered at run time is known only
+    to the process that registered it).
+
+    Examples
+    --------
+    >>> backend_ref("hdf5")
+    'hdf5'
+    """
+    _entry_points()
+    where = _BACKENDS.get(name)
+    return where if isinstance(where, type) else name
+
+
+def get_backend(name: str | type[Backend]) -> Backend:
+    """The backend registered as ``name`` (see :func:`backend_names`), imported lazily.
+
+    ``name`` may also be a :class:`Backend` subclass (from :func:`backend_ref`).
 
     Examples
     --------
     >>> get_backend("hdf5").name
     'hdf5'
     """
+    if isinstance(name, type) and issubclass(name, Backend):
+        return name()
+    _entry_points()
     try:
-        module, cls = _BACKENDS[name].split(":")
-    except KeyError:
-        raise StorageError(f"unknown format {name!r}; choose one of {sorted(_BACKENDS)}") from None
-    backend: Backend = getattr(importlib.import_module(module), cls)()
+        where = _BACKENDS[name]
+    except (KeyError, TypeError):
+        raise StorageError(f"unknown format {name!r}; choose one of {list(_BACKENDS)}") from None
+    if isinstance(where, str):
+        module, cls = where.split(":")
+        where = getattr(importlib.import_module(module), cls)
+    backend: Backend = where()
     return backend
+
+
+def format_of(path: str | os.PathLike[str]) -> str:
+    """The format a committed target was written in.
+
+    The first registered backend that recognises the target's shape on
+    disk (:meth:`Backend.guess_can_open`) reads its manifest, which names
+    the format (formats may share a shape: ``hdf5-vds`` and
+    ``hdf5-chunked`` are both a folder with ``master.h5``).
+
+    Examples
+    --------
+    >>> format_of("ckpt/3.zarr")  # doctest: +SKIP
+    'zarr'
+    """
+    path = Path(path)
+    if not path.exists():
+        raise StorageError(f"{path} does not exist")
+    for name in backend_names():
+        backend = get_backend(name)
+        if not backend.guess_can_open(path):
+            continue
+        try:
+            named = backend.read_manifest(path).get("format")
+        except (OrchestratorError, OSError, ValueError, KeyError, TypeError):
+            named = None  # damaged or not ours: verify says what is wrong with it
+        return named if isinstance(named, str) and named in _BACKENDS else name
+    raise StorageError(f"{path} is not a checkpoint in any known format {list(_BACKENDS)}")

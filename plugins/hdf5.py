@@ -112,6 +112,15 @@ class HDF5Backend(Backend):
     """Single-file HDF5 with positioned writes (see module docstring)."""
 
     name = "hdf5"
+    suffix = ".h5"
+
+    def guess_can_open(self, path: Path) -> bool:
+        """A file that starts with HDF5's signature."""
+        try:
+            with open(path, "rb") as f:
+                return bool(f.read(8) == b"\x89HDF\r\n\x1a\n")
+        except OSError:  # a directory, unreadable, gone
+            return False
 
     def create(
         self, tmp: Path, specs: Sequence[DatasetSpec], layouts: Sequence[StripeLayout]
@@ -241,6 +250,11 @@ class HDF5SubfileBackend(HDF5Backend):
     """
 
     name = "hdf5-vds"
+
+    def guess_can_open(self, path: Path) -> bool:
+        """A folder holding ``master.h5`` (and its subfiles)."""
+        return path.is_dir() and (path / "master.h5").is_file()
+
     MASTER = "master.h5"
 
     def __init__(self, compression: str | None = None) -> None:

@@ -72,6 +72,11 @@ class ZarrBackend(Backend):
     """Zarr v3 with shards as stripes (see module docstring)."""
 
     name = "zarr"
+    suffix = ".zarr"
+
+    def guess_can_open(self, path: Path) -> bool:
+        """A folder holding a Zarr v3 group's ``zarr.json``."""
+        return path.is_dir() and (path / "zarr.json").is_file()
 
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
         return _rows_per_shard(spec, requested) * spec.row_bytes

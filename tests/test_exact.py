@@ -9,7 +9,7 @@ from oracles import best_makespan, list_schedule
 from strategies import durations_instance, transfer_columns
 
 import orchestrator as orc
-from orchestrator.exact import exact_order
+from orchestrator.policies.exact import exact_order
 from orchestrator.workload import uniform_workload
 
 pytest.importorskip("ortools", reason="the optional extra io-orchestrator[exact]")

@@ -9,7 +9,7 @@ from strategies import transfer_columns
 
 import orchestrator as orc
 from orchestrator.kernels import decompose
-from orchestrator.splitopt import split_opt_units
+from orchestrator.policies.splitopt import split_opt_units
 
 MANY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UNIT = orc.CostModel(1.0, 1.0)  # duration == bytes, no latency, no piece overhead

@@ -19,6 +19,7 @@ from ..cost import CostModel, get_cost_model
 from ..errors import InputError
 from ..files import atomic_path
 from ..policies import PolicyError, policies, schedule
+from ..storage import backend_names
 from ..transfers import TransferSet
 from ._common import USER_ERRORS, console, err, fail
 from .slurm import (
@@ -31,6 +32,9 @@ from .slurm import (
     slurm_app,
     workflow_cluster,
 )
+
+#: the --format help: every registered format, entry points of installed packages included
+_FORMATS = f"One of: {', '.join(backend_names())}."
 
 app = typer.Typer(
     help="io-orchestrator: schedule and run the output stages of Dask and Parsl workflows.",
@@ -394,7 +398,7 @@ def write_bench_cmd(
     ] = "1GiB",
     clients: Annotated[int, typer.Option(min=1, help="Clients (contributing tasks).")] = 16,
     ionodes: Annotated[int, typer.Option(min=1, help="I/O workers of the embedded cluster.")] = 4,
-    format: Annotated[str, typer.Option(help="hdf5, hdf5-vds, hdf5-chunked or zarr.")] = "hdf5",
+    format: Annotated[str, typer.Option(help=_FORMATS)] = "hdf5",
     policy: Annotated[
         str, typer.Option(help="A policy name, a comma list, or 'all'.")
     ] = "ms-ecf,ecf,hdf,hash-ios",
@@ -537,7 +541,7 @@ def run_bips3d(
     strategy: Annotated[
         str, typer.Option(help="auto (the paper's Fig. 7 rule), list, two-phase or sequential.")
     ] = "auto",
-    format: Annotated[str, typer.Option(help="hdf5, hdf5-vds, hdf5-chunked or zarr.")] = "hdf5",
+    format: Annotated[str, typer.Option(help=_FORMATS)] = "hdf5",
     ionodes: IONodesOpt = None,
     stripe: Annotated[str, typer.Option(help="Stripe size of the I/O nodes' layout.")] = "1MiB",
     repeat: Annotated[int, typer.Option(min=1, help="Runs per method (median is shown).")] = 3,

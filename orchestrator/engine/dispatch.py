@@ -22,7 +22,7 @@ from ..contributions import Contribution, DatasetSpec
 from ..errors import StageError
 from ..layout import StageTransfers
 from ..plan import Plan
-from ..storage import crc32, fold_crc32, get_backend
+from ..storage import backend_ref, crc32, fold_crc32, get_backend
 from .program import Program, build_program, unit_ranges
 from .trace import Trace
 from .worker import abort, busy, run_ionode
@@ -230,8 +230,9 @@ def dispatch(
             for d, c in zip(b.ranges.dataset.tolist(), b.ranges.client.tolist(), strict=True)
         }
         mine = {dc: k for dc, k in keys.items() if dc in used}  # fmt: skip
+        ref = backend_ref(fmt)
         writers.append(cl.client.submit(
-            run_ionode, fmt, info, node, names, mine, addrs, program.priority[s], row_bytes,
+            run_ionode, ref, info, node, names, mine, addrs, program.priority[s], row_bytes,
             dtypes, aggregate, window, node_fills[s], direct, resources={f"io-{s}": 1}, pure=False,
         ))  # fmt: skip
     try:

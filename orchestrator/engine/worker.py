@@ -35,7 +35,7 @@ from ..contributions import ContributionError
 from ..directio import contiguous_runs
 from ..errors import StageAborted as Aborted
 from ..files import remove_path
-from ..storage import crc32, get_backend
+from ..storage import Backend, crc32, get_backend
 from .program import Batch, NodeProgram
 from .window import Fetch, Window, Write
 
@@ -157,7 +157,7 @@ def cut(
 
 
 def write_cut(
-    fmt: str,
+    fmt: str | type[Backend],
     info: dict[str, Any],
     ionode: int,
     identity: tuple[int, int],
@@ -252,7 +252,7 @@ def _check(token: str, worker: Any = None) -> None:
 
 
 def run_ionode(
-    fmt: str,
+    fmt: str | type[Backend],
     info: dict[str, Any],
     node: NodeProgram,
     names: Sequence[str],

@@ -42,11 +42,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .cost import CostModel
-from .kernels import decompose
-from .kernels.timing import list_schedule
-from .plan import Units
-from .transfers import TransferSet
+from ..cost import CostModel
+from ..kernels import decompose
+from ..kernels.timing import list_schedule
+from ..plan import Units
+from ..transfers import TransferSet
 
 __all__ = ["effective_bytes", "split_opt_units"]
 

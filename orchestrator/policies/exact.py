@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ExactUnavailable
-from .kernels.timing import list_schedule
+from ..errors import ExactUnavailable
+from ..kernels.timing import list_schedule
 
 __all__ = ["ExactUnavailable", "exact_order", "require_ortools"]
 

@@ -1,0 +1,39 @@
+"""Scheduling policies: the registry, the papers' policies, and :func:`schedule`.
+
+- :mod:`.registry` — :class:`Policy`, :func:`register_policy`, :func:`policies`;
+- :mod:`.classic` — the papers' policies, adapters over the Numba kernels;
+- :mod:`.meta` — split-opt, ecf-ls, exact and auto, which build their own units
+  (with :mod:`.splitopt` and :mod:`.exact`);
+- :mod:`.options` — checked options;
+- :mod:`.schedule` — :func:`schedule`, TransferSet to Plan.
+
+A new policy is one module that calls :func:`register_policy`, and one test
+class that subclasses :class:`orchestrator.testing.PolicyTests`.
+"""
+
+from ..errors import PolicyError
+from . import classic, meta  # noqa: F401 - registers the built-in policies
+from .registry import (
+    KINDS,
+    Built,
+    Policy,
+    get_policy,
+    policies,
+    register_policy,
+    unregister_policy,
+)
+from .schedule import MAX_UNITS, schedule, warm_up
+
+__all__ = [
+    "KINDS",
+    "MAX_UNITS",
+    "Built",
+    "Policy",
+    "PolicyError",
+    "get_policy",
+    "policies",
+    "register_policy",
+    "schedule",
+    "unregister_policy",
+    "warm_up",
+]
