@@ -2,7 +2,7 @@
 
 ``iorch run bips3d`` plans with a cost model measured on the cluster it runs
 on, and reports the disk's raw rate beside its own; the benchmarks
-(:mod:`orchestrator.writebench`, :mod:`orchestrator.stagebench`) measure the
+(:mod:`orchestrator.bench.write`, :mod:`orchestrator.bench.stage`) measure the
 same way. They live here so that the main job never imports a benchmark.
 """
 

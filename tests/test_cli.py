@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator as orc
-from orchestrator import optbench
+from orchestrator.bench import optimal as optbench
 
 IORCH = str(Path(sys.executable).with_name("iorch"))
 
@@ -180,7 +180,7 @@ def test_bench_optimal_quick_prints_the_table_and_writes_csv_and_json(tmp_path):
 
 def test_mesh_dump_family_is_what_the_stage_schedules():
     """The mesh-dump family's sets cover the dump's bytes, one transfer per (partition, I/O node)."""
-    from orchestrator.optbench import _mesh_case, families, mesh_dump_set
+    from orchestrator.bench.optimal import _mesh_case, families, mesh_dump_set
 
     case = _mesh_case(8)
     for method in ("metis", "idg"):

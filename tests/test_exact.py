@@ -5,11 +5,11 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from oracles import best_makespan, list_schedule
 from strategies import durations_instance, transfer_columns
 
 import orchestrator as orc
 from orchestrator.policies.exact import exact_order
+from orchestrator.testing.oracles import best_makespan, list_schedule
 from orchestrator.workload import uniform_workload
 
 pytest.importorskip("ortools", reason="the optional extra io-orchestrator[exact]")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracles import ecf, improving_moves, list_schedule
 from strategies import durations_instance, transfer_columns
 
 import orchestrator as orc
 from orchestrator.kernels import localsearch
+from orchestrator.testing.oracles import ecf, improving_moves, list_schedule
 
 MANY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UNIT = orc.CostModel(1.0, 1.0)

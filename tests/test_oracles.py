@@ -1,4 +1,5 @@
-"""Self-tests of the pure-Python oracles (tests/oracles): hand-worked examples and invariants."""
+"""Self-tests of the pure-Python oracles (orchestrator.testing.oracles): hand-worked examples
+and invariants."""
 
 import heapq
 import itertools
@@ -7,7 +8,9 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import (
+from strategies import durations_instance, transfer_columns
+
+from orchestrator.testing.oracles import (
     SplitMix64,
     ecf,
     fcfs,
@@ -29,7 +32,6 @@ from oracles import (
     random_ios_sequences,
     split_pieces,
 )
-from strategies import durations_instance, transfer_columns
 
 # The bidding paper's Fig. 2: C1: T1=30 -> S1, T2=10 -> S2; C2: T3=10 -> S2, T4=20 -> S3.
 FIG2 = ([0, 0, 1, 1], [0, 1, 1, 2], [30.0, 10.0, 10.0, 20.0])

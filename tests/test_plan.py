@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import hash_ios
 from strategies import transfer_columns
 
 import orchestrator as orc
 from orchestrator.plots import close, gantt
+from orchestrator.testing.oracles import hash_ios
 
 UNIT = orc.CostModel(1.0, 1.0)
 FIG2 = orc.TransferSet([0, 0, 1, 1], [0, 1, 1, 2], [30, 10, 10, 20])

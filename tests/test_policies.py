@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracles import (
+from strategies import durations_instance, transfer_columns
+
+import orchestrator as orc
+from orchestrator.kernels import bidding, decentralized, greedy, matching
+from orchestrator.kernels.rng import make_state
+from orchestrator.testing.oracles import (
     ecf,
     fcfs,
     first_ios,
@@ -19,11 +24,6 @@ from oracles import (
     random_ios,
     split_pieces,
 )
-from strategies import durations_instance, transfer_columns
-
-import orchestrator as orc
-from orchestrator.kernels import bidding, decentralized, greedy, matching
-from orchestrator.kernels.rng import make_state
 
 MANY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UNIT = orc.CostModel(network_bandwidth=1.0, disk_bandwidth=1.0)  # duration == bytes

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import SplitMix64
 from orchestrator.workflows.mesh import read_metis_graph, read_metis_partition
 
 from orchestrator import ReplicaError, ReplicaSets, assign, interval_stats, replica_sets
+from orchestrator.testing.oracles import SplitMix64
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bips3d-mesh2"
 if not DATA.exists():  # the shared data sits beside the checkout on these machines

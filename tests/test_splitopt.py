@@ -1,15 +1,21 @@
-"""split-opt: the decomposition kernel and whole plans against the oracles in tests/oracles."""
+"""split-opt: the decomposition kernel and whole plans against the oracles in
+orchestrator.testing.oracles."""
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracles import check_decomposition, check_pieces, list_schedule, preemptive_bound
 from strategies import transfer_columns
 
 import orchestrator as orc
 from orchestrator.kernels import decompose
 from orchestrator.policies.splitopt import split_opt_units
+from orchestrator.testing.oracles import (
+    check_decomposition,
+    check_pieces,
+    list_schedule,
+    preemptive_bound,
+)
 
 MANY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UNIT = orc.CostModel(1.0, 1.0)  # duration == bytes, no latency, no piece overhead

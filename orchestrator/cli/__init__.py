@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..bench import BIDDING, SweepResult, Timing
+from ..bench.schedulers import BIDDING, SweepResult, Timing
 from ..cost import CostModel, get_cost_model
 from ..errors import InputError
 from ..files import atomic_path
@@ -215,7 +215,7 @@ def bench_schedulers(
 
     Example: ``iorch bench schedulers --quick --out out/demo``
     """
-    from .. import bench
+    from ..bench import schedulers as bench
     from ..plots import close, sweep_plot
 
     try:
@@ -252,13 +252,12 @@ def bench_schedulers(
     if timings:
         budget = oracle_budget if oracle_budget is not None else (2.0 if quick else 120.0)
         n_large = large if large is not None else (100_000 if quick else 1_000_000)
-        tests_dir = bench.oracle_dir()
         with _progress() as prog:
             task = prog.add_task("kernel timings", total=len(names))
             tm, sizes = bench.kernel_timings(
-                names, cm, n_large, budget, tests_dir, advance=partial(prog.advance, task)
+                names, cm, n_large, budget, advance=partial(prog.advance, task)
             )
-        _print_timings(tm, sizes, budget, tests_dir is not None)
+        _print_timings(tm, sizes, budget)
 
 
 @bench_app.command("optimal")
@@ -278,7 +277,7 @@ def bench_optimal(
 
     Example: ``iorch bench optimal --quick --out out/opt``
     """
-    from .. import optbench
+    from ..bench import optimal as optbench
 
     try:
         cm = _cost(cost)
@@ -357,7 +356,7 @@ def _print_sweep(res: SweepResult) -> None:
     console.print(t)
 
 
-def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float, oracles: bool) -> None:
+def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float) -> None:
     t = Table(
         title=f"kernel wall time, one core: medium = bidding workload RB=0.5, 128 I/O nodes "
         f"({sizes['medium']:,} transfers); large = {sizes['large']:,} uniform transfers "
@@ -369,7 +368,7 @@ def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float, oracl
         t.add_column(col, justify="right")
     for r in tm:
         if r.oracle_medium is None:
-            o, sp = ("n/a" if oracles else "no tests/"), "-"
+            o, sp = "n/a", "-"  # a policy without an oracle
         elif math.isinf(r.oracle_medium):
             o, sp = f">{budget:g}", f">{budget / r.kernel_medium:,.0f}"
         else:
@@ -435,9 +434,9 @@ def write_bench_cmd(
     import csv
     import json
 
+    from ..bench.write import ionode_peak_rss, parse_size, run
     from ..cluster import local_cluster
     from ..engine import DEFAULT_WINDOW
-    from ..writebench import ionode_peak_rss, parse_size, run
 
     try:
         nbytes, stripe_bytes = parse_size(size), parse_size(stripe)
@@ -790,7 +789,7 @@ def bench_stage(
                 raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
         if policy not in policies():
             raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
-        from ..stagebench import run as run_bench
+        from ..bench.stage import run as run_bench
 
         total = len(size_list) * len(task_list) * len(fmt_list)
         with local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl, \

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from .files import fsync_path, fsync_tree, remove_path
-from .intercept import output_stage
-from .measure import raw_write_bandwidth
+from ..files import fsync_path, fsync_tree, remove_path
+from ..intercept import output_stage
+from ..measure import raw_write_bandwidth
 
 __all__ = ["StageBenchRow", "block", "run"]
 

@@ -40,7 +40,8 @@ def improving_moves(order, client, ionode, d, window: int) -> list[list[int]]:
     for j, u in enumerate(path):
         b = order.index(u)
         near = [k for k in range(b - 1, -1, -1)
-                if client[order[k]] == client[u] or ionode[order[k]] == ionode[u]][: window + 1]  # fmt: skip
+                if client[order[k]] == client[u] or ionode[order[k]] == ionode[u]]  # fmt: skip
+        near = near[: window + 1]
         for i, k in enumerate(near):
             v = order[k]
             cands = [[*order[:k], u, *order[k:b], *order[b + 1 :]]]

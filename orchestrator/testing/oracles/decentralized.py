@@ -16,6 +16,7 @@ tests cross-check the two).
 """
 
 from collections import deque
+from typing import Any
 
 from .common import n_of, normalise
 from .rng import SplitMix64
@@ -47,9 +48,9 @@ def simulate(client, ionode, d, sequences, order_by: str = "arrival"):
     next_in_seq = [0] * len(sequences)
     queue: list[deque[int]] = [deque() for _ in range(n_ionodes)]
     serving: list[int | None] = [None] * n_ionodes  # unit in service, or None if idle
-    arrival = [None] * n
-    start = [None] * n
-    end = [None] * n
+    arrival: list[Any] = [None] * n  # filled as units arrive
+    start: list[Any] = [None] * n
+    end: list[Any] = [None] * n
 
     # pending events: arrivals as (time, client), completions as (time, ionode)
     arrival_events: list[tuple[float, int]] = []

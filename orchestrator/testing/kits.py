@@ -34,11 +34,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .cost import CostModel
-from .errors import PolicyError
-from .plan import Plan
-from .policies import KINDS, get_policy, schedule
-from .transfers import TransferSet
+from ..cost import CostModel
+from ..errors import PolicyError
+from ..plan import Plan
+from ..policies import KINDS, get_policy, schedule
+from ..transfers import TransferSet
 
 __all__ = ["BackendTests", "PolicyTests", "brute_force_optimum", "transfer_sets"]
 
@@ -189,9 +189,9 @@ class BackendTests:
     def write(self, target: Path, specs: list[Any], values: list[np.ndarray], n_ionodes: int,
               stripe_bytes: int, seed: int) -> dict[str, Any]:  # fmt: skip
         """Write ``values`` of ``specs`` into ``target`` through the backend; the manifest."""
-        from .engine.commit import commit
-        from .layout import StripeLayout
-        from .storage import MANIFEST_VERSION, get_backend
+        from ..engine.commit import commit
+        from ..layout import StripeLayout
+        from ..storage import MANIFEST_VERSION, get_backend
 
         backend = get_backend(self.format)
         rng = np.random.default_rng(seed)
@@ -240,15 +240,15 @@ class BackendTests:
 
     def suffix(self) -> str:
         """The target's file name ending for this format."""
-        from .storage import get_backend
+        from ..storage import get_backend
 
         return get_backend(self.format).suffix
 
     @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def test_every_byte_reads_back(self, tmp_path_factory: Any, data: Any) -> None:
-        from .contributions import DatasetSpec
-        from .storage import format_of, get_backend
+        from ..contributions import DatasetSpec
+        from ..storage import format_of, get_backend
 
         n_ionodes = data.draw(st.integers(1, 4))
         specs, values = [], []
@@ -263,7 +263,7 @@ class BackendTests:
         manifest = self.write(
             target, specs, values, n_ionodes, stripe, data.draw(st.integers(0, 99))
         )
-        from .stage import open_datasets, verify
+        from ..stage import open_datasets, verify
 
         backend = get_backend(self.format)
         assert format_of(target) == self.format
@@ -277,7 +277,7 @@ class BackendTests:
                 np.testing.assert_array_equal(np.asarray(opened[spec.name][...]), val)
 
     def test_is_registered_and_recognises_only_its_own(self, tmp_path: Path) -> None:
-        from .storage import backend_names, get_backend
+        from ..storage import backend_names, get_backend
 
         assert self.format in backend_names()
         backend = get_backend(self.format)

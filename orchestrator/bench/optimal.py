@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .bench import paper_sweeps, write_rows
-from .cost import CostModel
-from .policies import PolicyError, schedule
-from .transfers import TransferSet
-from .workload import bidding_workload
+from ..cost import CostModel
+from ..policies import PolicyError, schedule
+from ..transfers import TransferSet
+from ..workload import bidding_workload
+from .schedulers import paper_sweeps, write_rows
 
 __all__ = ["Family", "FamilyResult", "families", "run_family", "summarize", "targets"]
 
@@ -88,7 +88,7 @@ def skewed_set(kind: str, n: int = 2000, seed: int = 0) -> TransferSet:
 
 @cache
 def _mesh_case(parts: int) -> Any:
-    from .workflows.bips3d import default_mesh, load_case
+    from ..workflows.bips3d import default_mesh, load_case
 
     mesh = default_mesh()
     if mesh is not None and mesh.exists():
@@ -113,9 +113,9 @@ def mesh_dump_set(
     >>> ts.n_clients, ts.n_ionodes  # doctest: +SKIP
     (8, 4)
     """
-    from .contributions import DatasetSpec
-    from .layout import StripeLayout, derive_transfers
-    from .replicas import assign
+    from ..contributions import DatasetSpec
+    from ..layout import StripeLayout, derive_transfers
+    from ..replicas import assign
 
     case = _mesh_case(parts)
     writer = assign(case.replicas, case.partition, method)

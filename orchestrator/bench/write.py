@@ -19,19 +19,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .cluster import IOCluster
-from .contributions import DatasetSpec
-from .engine.dispatch import DEFAULT_WINDOW
-from .files import fsync_path, fsync_tree, remove_path
-from .measure import (
+from ..cluster import IOCluster
+from ..contributions import DatasetSpec
+from ..engine.dispatch import DEFAULT_WINDOW
+from ..files import fsync_path, fsync_tree, remove_path
+from ..measure import (
     calibrated_cost,
     contribution,
     parse_size,
     pieces_write_seconds,
     raw_write_bandwidth,
 )
-from .stage import write_stage
-from .storage import get_backend
+from ..stage import write_stage
+from ..storage import get_backend
 
 __all__ = [
     "BenchRow",
@@ -356,7 +356,7 @@ def run(
                               overwrite=True, cost=cost, window=window or DEFAULT_WINDOW,
                               direct=direct)  # fmt: skip
             if gantt_dir is not None:
-                from .plots import close, realized_gantt
+                from ..plots import close, realized_gantt
 
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"

@@ -7,10 +7,8 @@ numbers can be rerun and compared on any machine.
 from __future__ import annotations
 
 import csv
-import importlib
 import multiprocessing as mp
 import queue
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .cost import CostModel
-from .policies import get_policy, policies, schedule
-from .workload import bidding_workload, uniform_workload
+from ..cost import CostModel
+from ..policies import get_policy, policies, schedule
+from ..workload import bidding_workload, uniform_workload
 
 __all__ = ["Sweep", "SweepResult", "kernel_timings", "paper_sweeps", "run_sweep"]
 
@@ -169,33 +167,6 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 # ------------------------------------------------------------- kernel timings
-def oracle_dir() -> Path | None:
-    """The source tree's ``tests`` folder when it holds the oracles (editable installs).
-
-    Examples
-    --------
-    >>> d = oracle_dir()
-    >>> d is None or (d / "oracles").is_dir()
-    True
-    """
-    tests_dir = Path(__file__).resolve().parents[1] / "tests"
-    return tests_dir if (tests_dir / "oracles" / "__init__.py").exists() else None
-
-
-def load_oracles(tests_dir: Path) -> Any:
-    """Import the pure-Python oracles from ``tests_dir/oracles``.
-
-    Examples
-    --------
-    >>> oracles = load_oracles(oracle_dir())
-    >>> oracles.ecf([0, 0], [0, 1], [2.0, 1.0])
-    ([1, 0], 0, 0)
-    """
-    if str(tests_dir) not in sys.path:
-        sys.path.insert(0, str(tests_dir))
-    return importlib.import_module("oracles")
-
-
 _ORACLE_CALL: dict[str, Callable[[Any, list[int], list[int], list[float], int, int], Any]] = {
     "ecf": lambda o, c, s, d, ns, seed: o.ecf(c, s, d),
     "fcfs": lambda o, c, s, d, ns, seed: o.fcfs(c, s, d),
@@ -210,12 +181,13 @@ _ORACLE_CALL: dict[str, Callable[[Any, list[int], list[int], list[float], int, i
 }
 
 
-def _oracle_child(tests_dir: str, policy: str, workload: dict[str, Any], cost: str, q: Any) -> None:
+def _oracle_child(policy: str, workload: dict[str, Any], cost: str, q: Any) -> None:
     # The child rebuilds the units itself: pickling millions of pieces to it
     # would take longer than many of the oracles.
     plan = schedule(bidding_workload(**workload), policy, cost=CostModel.from_json(cost))
     c, s, d = plan.client.tolist(), plan.ionode.tolist(), plan.durations.tolist()
-    oracles = load_oracles(Path(tests_dir))
+    from ..testing import oracles
+
     q.put("ready")
     t0 = time.perf_counter()
     _ORACLE_CALL[policy](oracles, c, s, d, plan.transfers.n_ionodes, 0)
@@ -223,7 +195,7 @@ def _oracle_child(tests_dir: str, policy: str, workload: dict[str, Any], cost: s
 
 
 def time_oracle(
-    policy: str, workload: dict[str, Any], cost: CostModel, budget: float, tests_dir: Path
+    policy: str, workload: dict[str, Any], cost: CostModel, budget: float
 ) -> float | None:
     """Seconds the oracle takes on the policy's units of ``workload``; ``None`` if over budget.
 
@@ -234,12 +206,12 @@ def time_oracle(
     --------
     >>> from orchestrator.cost import get_cost_model
     >>> args = {"n_ionodes": 8, "busy_ratio": 0.0, "large_ratio": 0.1, "seed": 0}
-    >>> time_oracle("ms-ecf", args, get_cost_model(), 5.0, oracle_dir())  # doctest: +SKIP
+    >>> time_oracle("ms-ecf", args, get_cost_model(), 5.0)  # doctest: +SKIP
     0.0021
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    args = (str(tests_dir), policy, workload, cost.to_json(), q)
+    args = (policy, workload, cost.to_json(), q)
     proc = ctx.Process(target=_oracle_child, args=args, daemon=True)
     proc.start()
     try:
@@ -269,7 +241,7 @@ def kernel_timings(
     cost: CostModel,
     large_transfers: int,
     oracle_budget: float,
-    tests_dir: Path | None,
+    oracles: bool = True,
     large_block_size: int = 4 * 1024 * 1024,
     advance: Callable[[], None] = lambda: None,
 ) -> tuple[list[Timing], dict[str, int]]:
@@ -282,7 +254,7 @@ def kernel_timings(
     Examples
     --------
     >>> from orchestrator.cost import get_cost_model
-    >>> rows, sizes = kernel_timings(["ecf"], get_cost_model(), 10_000, 1.0, None)
+    >>> rows, sizes = kernel_timings(["ecf"], get_cost_model(), 10_000, 1.0, oracles=False)
     >>> rows[0].policy, rows[0].units_large, rows[0].oracle_medium is None
     ('ecf', 10000, True)
     """
@@ -299,8 +271,8 @@ def kernel_timings(
     for p in names:
         pm = schedule(medium, p, cost=cost)
         oracle: float | None = None
-        if tests_dir is not None and p in _ORACLE_CALL:
-            t = time_oracle(p, medium_args, cost, oracle_budget, tests_dir)
+        if oracles and p in _ORACLE_CALL:
+            t = time_oracle(p, medium_args, cost, oracle_budget)
             oracle = float("inf") if t is None or t > oracle_budget else t
         opts = {"block_size": large_block_size} if get_policy(p).default_block_size else {}
         pl = schedule(large, p, cost=cost, **opts)
