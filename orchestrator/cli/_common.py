@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..errors import OrchestratorError
+from ..cost import CostModel, get_cost_model
+from ..errors import OrchestratorError, PolicyError
+from ..storage import backend_names
+from ..transfers import TransferSet
 
-__all__ = ["USER_ERRORS", "console", "err", "fail"]
+__all__ = [
+    "FORMATS",
+    "USER_ERRORS",
+    "console",
+    "cost_model",
+    "err",
+    "fail",
+    "load_transfers",
+    "options",
+    "progress",
+]
 
 # tables are wide; in logs and pipes (no terminal to measure) do not squeeze them to 80 columns
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -23,3 +38,52 @@ USER_ERRORS = (OrchestratorError, OSError)
 def fail(msg: str) -> typer.Exit:
     err.print(f"[bold red]error:[/] {msg}")
     return typer.Exit(code=2)
+
+
+#: the --format help: every registered format, entry points of installed packages included
+FORMATS = f"One of: {', '.join(backend_names())}."
+
+
+def cost_model(spec: str | None) -> CostModel:
+    """A preset name, or a path to a JSON file written by ``CostModel.to_json``."""
+    if spec is not None and spec.endswith(".json"):
+        return CostModel.from_json(Path(spec).read_text())
+    return get_cost_model(spec)
+
+
+def load_transfers(path: Path) -> TransferSet:
+    if path.suffix == ".npz":
+        return TransferSet.load_npz(path)
+    return TransferSet.from_csv(path)
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+def options(items: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as policy options: ints, floats, true/false, else text."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise PolicyError(f"--option must look like KEY=VALUE, got {item!r}")
+        value: object = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = value
+    return out

@@ -1,0 +1,509 @@
+"""``iorch bench …`` and ``iorch write-bench``: benchmarks printing ratios measured in one run."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import partial
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..bench.schedulers import BIDDING, SweepResult, Timing
+from ..errors import InputError
+from ..files import atomic_path
+from ..policies import PolicyError, policies
+from ._common import (
+    FORMATS,
+    USER_ERRORS,
+    console,
+    cost_model,
+    err,
+    fail,
+    progress,
+)
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def bench_schedulers(
+    quick: Annotated[
+        bool, typer.Option(help="Fewer sweep points, one seed, smaller sets.")
+    ] = False,
+    seeds: Annotated[
+        int | None, typer.Option(min=1, help="Seeds per point (default 3; 1 if quick).")
+    ] = None,
+    cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for CSV and PNG output.")] = Path("out/bench"),
+    sweeps: Annotated[bool, typer.Option(help="Run the paper's three sweeps.")] = True,
+    timings: Annotated[bool, typer.Option(help="Time kernels against the oracles.")] = True,
+    oracle_budget: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="Seconds each oracle may run (default 120; 2 if quick)."),
+    ] = None,
+    large: Annotated[
+        int | None,
+        typer.Option(min=1, help="Transfers in the large timing set (default 1e6; 1e5 quick)."),
+    ] = None,
+) -> None:
+    """Rerun the bidding paper's sweeps for every policy and time every kernel.
+
+    Example: ``iorch bench schedulers --quick --out out/demo``
+    """
+    from ..bench import schedulers as bench
+    from ..plots import close, sweep_plot
+
+    try:
+        cm = cost_model(cost)
+    except USER_ERRORS as e:
+        raise fail(str(e)) from None
+    n_seeds = seeds if seeds is not None else (1 if quick else 3)
+    out.mkdir(parents=True, exist_ok=True)
+    names = bench.default_names()
+    sweep_list = bench.paper_sweeps(quick)
+    console.print(
+        f"[bold]bench schedulers[/]: cost model {cm.name}, {n_seeds} seed(s) per point, "
+        f"{len(names)} policies; throughput = bytes / (scheduling + makespan), in MB/s"
+    )
+    rows = []
+    with progress() as prog:
+        for sw in sweep_list if sweeps else []:
+            task = prog.add_task(f"sweep {sw.name}", total=len(sw.xs) * n_seeds * len(names))
+            res = bench.run_sweep(sw, names, range(n_seeds), cm, partial(prog.advance, task))
+            rows.extend(res.rows)
+            _print_sweep(res)
+            fig = sweep_plot(
+                sw.xs,
+                {p: [res.throughput[(x, p)] / 1e6 for x in sw.xs] for p in names},
+                sw.xlabel,
+                "throughput (MB/s)",
+                f"bidding-paper sweep '{sw.name}' ({cm.name} cost model, {n_seeds} seed(s))",
+                path=out / f"sweep_{sw.name}.png",
+            )
+            close(fig)
+    if rows:
+        bench.write_rows(rows, out / "sweeps.csv")
+        console.print(f"raw rows in {out / 'sweeps.csv'}, plots in {out}/sweep_*.png")
+    if timings:
+        budget = oracle_budget if oracle_budget is not None else (2.0 if quick else 120.0)
+        n_large = large if large is not None else (100_000 if quick else 1_000_000)
+        with progress() as prog:
+            task = prog.add_task("kernel timings", total=len(names))
+            tm, sizes = bench.kernel_timings(
+                names, cm, n_large, budget, advance=partial(prog.advance, task)
+            )
+        _print_timings(tm, sizes, budget)
+
+
+def bench_optimal(
+    quick: Annotated[bool, typer.Option(help="Fewer and smaller sets (a test runs this).")] = False,
+    seeds: Annotated[int, typer.Option(min=1, help="Instances per family point.")] = 1,
+    cost: Annotated[str | None, typer.Option(help="Cost preset or .json.")] = None,
+    exact_limit: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="Seconds CP-SAT may spend per set (default 10; 2 if quick)."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for optimal.csv and optimal.json.")] = Path(
+        "out/bench-optimal"
+    ),
+) -> None:
+    """Every policy against the lower bound and the CP-SAT optimum on the benchmark families.
+
+    Example: ``iorch bench optimal --quick --out out/opt``
+    """
+    from ..bench import optimal as optbench
+
+    try:
+        cm = cost_model(cost)
+    except USER_ERRORS as e:
+        raise fail(str(e)) from None
+    limit = exact_limit if exact_limit is not None else (2.0 if quick else 10.0)
+    fams = optbench.families(quick, seeds)
+    console.print(
+        f"[bold]bench optimal[/]: cost model {cm.name}, {len(fams)} families, "
+        f"CP-SAT limit {limit:g} s; ratios are makespan ÷ lower bound (mean / worst)"
+    )
+    results = []
+    with progress() as prog:
+        for fam in fams:
+            total = len(fam.makers) * len(optbench.POLICIES)
+            task = prog.add_task(f"family {fam.name}", total=total)
+            results.append(optbench.run_family(fam, cm, limit, advance=partial(prog.advance, task)))
+    summary = optbench.summarize(results)
+    t = Table(title=f"bench optimal ({cm.name} cost model)", title_justify="left")
+    for col in ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
+                "messages", "sched s"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("family", "policy") else "right")
+    last = None
+    for r in summary:
+        if last is not None and r["family"] != last:
+            t.add_section()
+        last = r["family"]
+        ex = r["ratio_exact_mean"]
+        t.add_row(
+            r["family"], r["policy"], str(r["instances"]), f"{r['ratio_mean']:.4f}",
+            f"{r['ratio_max']:.4f}", "-" if ex is None else f"{ex:.4f}", f"{r['pieces']:.0f}",
+            f"{r['messages']:.0f}", f"{r['scheduling_seconds']:.4f}",
+        )  # fmt: skip
+    console.print(t)
+    tg = optbench.targets(results)
+    tt = Table(title="targets", title_justify="left")
+    for col in ("target", "holds", "worst", "where"):
+        tt.add_column(col)
+    for name, v in tg.items():
+        tt.add_row(name, "yes" if v["ok"] else "NO", f"{v['worst']:.4f}", v["family"])
+    console.print(tt)
+    meta = {"cost": cm.to_dict(), "quick": quick, "seeds": seeds, "exact_limit": limit}
+    optbench.write_outputs(results, out, meta)
+    console.print(f"rows in {out / 'optimal.csv'}, summary and targets in {out / 'optimal.json'}")
+
+
+def _print_sweep(res: SweepResult) -> None:
+    sw = res.sweep
+    t = Table(
+        title=f"sweep '{sw.name}': throughput MB/s (makespan ÷ lower bound) — {sw.xlabel}",
+        title_justify="left",
+    )
+    t.add_column("policy")
+    for x in sw.xs:
+        t.add_column(f"{sw.xkey}={x:g}", justify="right")
+    for p in res.policies:
+        t.add_row(
+            p, *[f"{res.throughput[(x, p)] / 1e6:.2f} ({res.ratio[(x, p)]:.3f})" for x in sw.xs]
+        )
+    have = set(res.policies)
+    bids = [p for p in BIDDING if p in have]
+    ratios = [
+        ("MS/ECF ÷ ECF", "ms-ecf", ["ecf"]),
+        ("MS/ML ÷ MWM", "ms-ml", ["mwm"]),
+    ]
+    ratios = [r for r in ratios if r[1] in have and set(r[2]) <= have]
+    t.add_section()
+    for label, a, b in ratios:
+        t.add_row(label, *[f"{res.relative(x, a, b):.3f}" for x in sw.xs], style="bold")
+    if bids and "hdf" in have:
+        t.add_row(
+            "best bidding ÷ HDF",
+            *[f"{max(res.relative(x, p, 'hdf') for p in bids):.2f}" for x in sw.xs],
+            style="bold",
+        )
+    console.print(t)
+
+
+def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float) -> None:
+    t = Table(
+        title=f"kernel wall time, one core: medium = bidding workload RB=0.5, 128 I/O nodes "
+        f"({sizes['medium']:,} transfers); large = {sizes['large']:,} uniform transfers "
+        "(block policies cut into 4 MiB pieces there)",
+        title_justify="left",
+    )
+    for col in ("policy", "medium units", "kernel s", "oracle s", "oracle÷kernel", "large units",
+                "kernel s"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in tm:
+        if r.oracle_medium is None:
+            o, sp = "n/a", "-"  # a policy without an oracle
+        elif math.isinf(r.oracle_medium):
+            o, sp = f">{budget:g}", f">{budget / r.kernel_medium:,.0f}"
+        else:
+            o, sp = f"{r.oracle_medium:.3f}", f"{r.oracle_medium / r.kernel_medium:,.0f}"
+        t.add_row(
+            r.policy,
+            f"{r.units_medium:,}",
+            f"{r.kernel_medium:.4f}",
+            o,
+            sp,
+            f"{r.units_large:,}",
+            f"{r.kernel_large:.3f}",
+        )
+    console.print(t)
+    console.print(
+        f"'>{budget:g}': the oracle did not finish within --oracle-budget {budget:g} s and was "
+        "stopped, so the ratio is a lower bound. mwm has no order oracle: the tests check "
+        "each of its steps against networkx's maximum-weight matching instead."
+    )
+
+
+def write_bench_cmd(
+    size: Annotated[
+        str, typer.Option(help="Bytes to write per policy, e.g. 256MiB, 2GiB.")
+    ] = "1GiB",
+    clients: Annotated[int, typer.Option(min=1, help="Clients (contributing tasks).")] = 16,
+    ionodes: Annotated[int, typer.Option(min=1, help="I/O workers of the embedded cluster.")] = 4,
+    format: Annotated[str, typer.Option(help=FORMATS)] = "hdf5",
+    policy: Annotated[
+        str, typer.Option(help="A policy name, a comma list, or 'all'.")
+    ] = "ms-ecf,ecf,hdf,hash-ios",
+    stripe: Annotated[str, typer.Option(help="Stripe (and Zarr shard) size.")] = "8MiB",
+    strategy: Annotated[str, typer.Option(help="contiguous, list or two-phase.")] = "contiguous",
+    repeat: Annotated[int, typer.Option(min=1, help="Rounds; the median is reported.")] = 3,
+    anchors: Annotated[
+        bool, typer.Option(help="Also time h5py, dask.array.to_zarr and ADIOS2 (same bytes).")
+    ] = True,
+    window: Annotated[
+        str | None, typer.Option(help="Bytes an I/O worker may hold at once (default 128MiB).")
+    ] = None,
+    memory: Annotated[
+        str, typer.Option(help="Memory limit of each compute worker (holds the contributions).")
+    ] = "auto",
+    out: Annotated[Path, typer.Option(help="Directory on the disk to measure.")] = Path(
+        "out/write-bench"
+    ),
+    gantt: Annotated[
+        Path | None, typer.Option(help="Draw planned vs realized Gantt charts into this folder.")
+    ] = None,
+) -> None:
+    """Dispatch policies for real beside what a user would do instead, in one run.
+
+    Rows: the raw sequential write (buffered and O_DIRECT), h5py from one
+    process, dask.array.to_zarr on the cluster's workers, ADIOS2 BP5 (if
+    installed), the cluster's worker-to-worker copy of the same bytes without
+    writing (the bound of any dispatch between processes), each policy, and
+    the first policy with every byte sent to the I/O workers — all fsync'd,
+    median of ``--repeat`` rounds. Writes ``results.json`` and ``results.csv`` to ``--out``.
+
+    Example: ``iorch write-bench --size 1GiB --clients 16 --ionodes 4 --format zarr``
+    """
+    import csv
+    import json
+
+    from ..bench.write import ionode_peak_rss, parse_size, run
+    from ..cluster import local_cluster
+    from ..engine import DEFAULT_WINDOW
+
+    try:
+        nbytes, stripe_bytes = parse_size(size), parse_size(stripe)
+        win = parse_size(window) if window else None
+        names = sorted(policies()) if policy == "all" else [p.strip() for p in policy.split(",")]
+        for n in names:
+            if n not in policies():
+                raise PolicyError(f"unknown policy {n!r}; choose one of {sorted(policies())}")
+        out.mkdir(parents=True, exist_ok=True)
+        mem = memory if memory == "auto" else parse_size(memory)
+        with local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl, \
+                progress() as prog:  # fmt: skip
+            n_jobs = len(names) + 1 + (4 if anchors else 0)
+            task = prog.add_task("write-bench", total=n_jobs * repeat)
+            if gantt is not None:
+                gantt.mkdir(parents=True, exist_ok=True)
+            rows = run(cl, out, nbytes, clients, format, names, stripe_bytes, strategy,
+                       advance=lambda msg: prog.update(task, advance=1, description=msg),
+                       gantt_dir=gantt, repeat=repeat, anchors=anchors,
+                       window=win)  # fmt: skip
+            rss = ionode_peak_rss(cl)
+    except USER_ERRORS as e:
+        raise fail(str(e)) from None
+    win_bytes = win or DEFAULT_WINDOW
+    raw = next(r for r in rows if r.name == "raw sequential write")
+    h5 = next((r for r in rows if r.name.startswith("h5py")), None)
+    records = [r.as_dict(raw, h5) for r in rows]
+    (out / "results.json").write_text(json.dumps(
+        {"size": nbytes, "clients": clients, "ionodes": ionodes, "format": format,
+         "strategy": strategy, "stripe_bytes": stripe_bytes, "repeat": repeat,
+         "window": win_bytes, "ionode_peak_rss": rss, "rows": records}, indent=2))  # fmt: skip
+    with open(out / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[k for k in records[0] if k != "all_seconds"],
+                           extrasaction="ignore")  # fmt: skip
+        w.writeheader()
+        w.writerows(records)
+    # the settings go on their own unwrapped line: a table title wraps at the table's width
+    console.print(
+        f"write-bench: {nbytes / 2**20:,.0f} MiB, {clients} clients, {ionodes} I/O workers, "
+        f"{format}, {strategy} stripes of {stripe_bytes / 2**20:g} MiB; median of {repeat}",
+        soft_wrap=True,
+    )
+    t = Table()
+    for col in ("row", "units", "s", "best s", "MB/s", "÷ raw", "÷ h5py", "best ÷ raw",
+                "best ÷ h5py", "planned s", "realized s", "realized ÷ planned"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r, rec in zip(rows, records, strict=True):
+        planned = rec["planned_makespan"] == rec["planned_makespan"]
+        t.add_row(
+            r.name if r.kind == "policy" else f"[dim]{r.name}[/dim]",
+            str(r.units) if r.units else "",
+            f"{r.median:.2f}",
+            f"{r.best:.2f}",
+            f"{r.throughput / 1e6:,.0f}",
+            f"{rec['ratio_raw']:.2f}",
+            f"{rec['ratio_h5py']:.2f}" if h5 else "",
+            f"{rec['best_ratio_raw']:.2f}",
+            f"{rec['best_ratio_h5py']:.2f}" if h5 else "",
+            f"{rec['planned_makespan']:.3f}" if planned else "",
+            f"{rec['realized_makespan']:.3f}" if planned else "",
+            f"{rec['realized_over_planned']:.2f}" if planned else "",
+        )
+    console.print(t)
+    console.print(
+        "s: median seconds (best s: the fastest round; ratios are throughput ÷ the anchor's), "
+        "everything included (policies: plan, dispatch, checksums while "
+        "writing, fsync, commit; anchors: open, write, close, fsync). Planned makespan uses a "
+        "cost model measured in this run (two calibration stages of equal loads, in large and "
+        "in small pieces, give each I/O node's rate and what a unit costs beyond its bytes); "
+        "realized is first write to last fsync. Bounds: what moving the bytes between "
+        "processes costs, and what the device does with the stage's pieces when the "
+        "workers write them with no plan. "
+        f"Saved {out / 'results.json'}."
+    )
+    held = max((r.peak_held for r in rows), default=0)
+    console.print(
+        f"I/O workers' peak RSS {', '.join(f'{x / 2**20:,.0f}' for x in rss)} MiB (whole "
+        f"run, anchors included); window {win_bytes / 2**20:,.0f} MiB, most batch bytes held "
+        f"{held / 2**20:,.1f} MiB.",
+        soft_wrap=True,
+    )
+
+
+def bench_idg(
+    mesh: Annotated[
+        Path | None,
+        typer.Option(help="The real mesh's METIS graph (default: the shared BIPS3D data)."),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="Generated meshes 1-2 only, 8 and 64 parts; 1M-node kernel.")
+    ] = False,
+    kernel_nodes: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Nodes of the kernel-timing mesh (0: skip; default 10^7, 10^6 with --quick).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of generated meshes and METIS.")] = 0,
+    out: Annotated[Path, typer.Option(help="Folder for table4.json.")] = Path("out/bench-idg"),
+) -> None:
+    """Reproduce the IDG paper's Table 4 and time classification + IDG on a 10^7-node mesh.
+
+    Example: ``iorch bench idg --quick``
+    """
+    from ..workflows.bips3d import default_mesh
+    from ..workflows.idgbench import kernel_timing, table4
+
+    real = mesh if mesh is not None else default_mesh()
+    gen, parts = ((1, 2), (8, 64)) if quick else ((1, 2, 3, 4), (8, 16, 32, 64))
+    if kernel_nodes is None:
+        kernel_nodes = 1_000_000 if quick else 10_000_000
+    try:
+        with progress() as prog:
+            n_real = 3 if real is not None else 0
+            task = prog.add_task("Table 4", total=n_real + len(gen) * len(parts))
+            step = partial(prog.update, task, advance=1)
+            rows = table4(real, generated=gen, parts=parts, seed=seed,
+                          advance=lambda m: step(description=m))  # fmt: skip
+            timing = None
+            if kernel_nodes:
+                prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
+                timing = kernel_timing(kernel_nodes, seed=seed)
+    except USER_ERRORS as e:
+        raise fail(str(e)) from None
+    if real is None:
+        err.print("the real BIPS3D mesh is not on this machine: generated meshes only")
+    t = Table(
+        title="IDG paper, Table 4: intervals per partition / average interval length (nodes); "
+        "ours beside the paper's",
+        title_justify="left",
+    )
+    for col in ("mesh", "nodes", "K", "shared h1 / h2", "METIS", "paper METIS", "IDG halo 1",
+                "IDG halo 2", "paper IDG"):  # fmt: skip
+        t.add_column(col, justify="right")
+
+    def pair(x: tuple[float, ...] | None, i: int = 0) -> str:
+        return "-" if x is None else f"{x[i]:,.1f} / {x[i + 1]:,.1f}"
+
+    for r in rows:
+        t.add_row(r.mesh, f"{r.nodes:,}", str(r.parts),
+                  " / ".join(f"{100 * r.shared[h]:.1f} %" for h in sorted(r.shared)),
+                  pair(r.metis), pair(r.paper), pair(r.idg.get(1)), pair(r.idg.get(2)),
+                  pair(r.paper, 2))  # fmt: skip
+    console.print(t)
+    console.print(
+        "Generated meshes have the paper's sizes but our own geometry, numbering (Z-order) "
+        "and METIS partitions, so only the real mesh is comparable number for number."
+    )
+    if timing is not None:
+        console.print(
+            f"classification + IDG on {timing.nodes:,} nodes / {timing.edges:,} edges, "
+            f"{timing.parts} parts, halo {timing.halo} ({100 * timing.shared:.1f} % shared), one "
+            f"core, best of 3: classify {timing.classify_seconds:.3f} s + IDG "
+            f"{timing.idg_seconds:.3f} s = [bold]{timing.total_seconds:.3f} s[/] "
+            f"({1e9 * timing.total_seconds / timing.nodes:.0f} ns/node); mesh generation "
+            f"{timing.generate_seconds:.1f} s, METIS {timing.metis_seconds:.1f} s (not timed "
+            "by the target)"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "table4.json") as tmp:
+        tmp.write_text(json.dumps({
+            "rows": [{**r.__dict__, "idg": {str(h): v for h, v in r.idg.items()},
+                      "shared": {str(h): v for h, v in r.shared.items()}} for r in rows],
+            "kernel": None if timing is None else {**timing.__dict__,
+                                                   "total_seconds": timing.total_seconds},
+        }, indent=2))  # fmt: skip
+
+
+def bench_stage(
+    sizes: Annotated[
+        str, typer.Option(help="Comma list of checkpoint sizes.")
+    ] = "256MiB,1GiB,2GiB",
+    tasks: Annotated[str, typer.Option(help="Comma list of task counts.")] = "16,64",
+    formats: Annotated[str, typer.Option(help="Comma list: hdf5, zarr.")] = "hdf5,zarr",
+    quick: Annotated[bool, typer.Option(help="256 MiB, 16 tasks, both formats.")] = False,
+    policy: Annotated[str, typer.Option(help="Policy of the orchestrated stage.")] = "ecf",
+    ionodes: Annotated[int, typer.Option(min=1, help="I/O workers.")] = 4,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs of each way; medians shown.")] = 3,
+    out: Annotated[Path, typer.Option(help="Directory on the disk to measure.")] = Path(
+        "out/bench-stage"
+    ),
+) -> None:
+    """A checkpoint written by plain h5py/zarr tasks under a lock vs. through the decorator.
+
+    Example: ``iorch bench stage --quick``
+    """
+    from ..cluster import local_cluster
+    from ..measure import parse_size
+
+    try:
+        if quick:
+            sizes, tasks = "256MiB", "16"
+        size_list = [parse_size(x) for x in sizes.split(",")]
+        task_list = [int(x) for x in tasks.split(",")]
+        fmt_list = [x.strip() for x in formats.split(",")]
+        for f in fmt_list:
+            if f not in ("hdf5", "zarr"):
+                raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
+        if policy not in policies():
+            raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
+        from ..bench.stage import run as run_bench
+
+        total = len(size_list) * len(task_list) * len(fmt_list)
+        with local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl, \
+                progress() as prog:  # fmt: skip
+            task = prog.add_task("bench stage", total=total)
+            step = partial(prog.update, task, advance=1)
+            rows = run_bench(cl, out, size_list, task_list, fmt_list, policy=policy,
+                             advance=lambda m: step(description=m), repeat=repeat)  # fmt: skip
+    except USER_ERRORS as e:
+        raise fail(str(e)) from None
+    console.print(
+        f"bench stage: {ionodes} I/O workers, 2 compute workers, policy {policy}; baseline = "
+        "each task writes its block into the shared target under a lock (h5py / zarr)",
+        soft_wrap=True,
+    )
+    t = Table()
+    for col in ("format", "size", "tasks", "baseline s", "+ fsync s", "orchestrated s",
+                "orchestrated MB/s", "baseline ÷ orch.", "baseline+fsync ÷ orch."):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in rows:
+        mbs = r.nbytes / r.orchestrated_seconds / 1e6
+        t.add_row(r.format, f"{r.nbytes / 2**20:,.0f} MiB", str(r.tasks),
+                  f"{r.baseline_seconds:.2f}", f"{r.baseline_fsync_seconds:.2f}",
+                  f"{r.orchestrated_seconds:.2f}", f"{mbs:,.0f}", f"{r.speedup:.2f}",
+                  f"{r.durable_speedup:.2f}")  # fmt: skip
+    console.print(t)
+    console.print(
+        f"median of {repeat} runs each, after an untimed full-size warm-up; times from "
+        "submitting the tasks to the last result (orchestrated: committed, with checksums "
+        "computed while writing); both outputs spot-checked"
+    )
