@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import defaults
 from .checkpoint import Checkpoint
 from .contributions import Contribution, DatasetSpec
 from .errors import CaptureError
@@ -272,7 +273,7 @@ class CapturedFile:
 @contextmanager
 def capture(
     target: str | os.PathLike[str],
-    format: str = "hdf5",
+    format: str = defaults.FORMAT,
     mode: str = "w",
     client: int = 0,
     clients: int = 1,

@@ -15,11 +15,54 @@ from typing import Any
 
 from .errors import ClusterError
 
-__all__ = ["ClusterError", "IOCluster", "connect", "local_cluster"]
+__all__ = [
+    "ClusterError",
+    "IOCluster",
+    "connect",
+    "discover_workers",
+    "ionode_name",
+    "ionode_number",
+    "ionode_resources",
+    "local_cluster",
+]
 
 log = logging.getLogger("orchestrator.cluster")
 
 LOOPBACK = "127.0.0.1"
+
+
+def ionode_name(k: int) -> str:
+    """The name of I/O worker ``k`` (also its own Dask resource).
+
+    Examples
+    --------
+    >>> ionode_name(3)
+    'io-3'
+    """
+    return f"io-{k}"
+
+
+def ionode_resources(k: int) -> dict[str, int]:
+    """The Dask resources of I/O worker ``k``: ``io`` (any I/O node) and ``io-K`` (this one).
+
+    Examples
+    --------
+    >>> ionode_resources(0)
+    {'io': 1, 'io-0': 1}
+    """
+    return {"io": 1, ionode_name(k): 1}
+
+
+def ionode_number(name: str) -> int | None:
+    """``K`` of a worker name or resource ``io-K``; None for anything else.
+
+    Examples
+    --------
+    >>> ionode_number("io-12"), ionode_number("io"), ionode_number("compute-1")
+    (12, None, None)
+    """
+    head, _, k = name.partition("-")
+    return int(k) if head == "io" and k.isdigit() else None
 
 
 @dataclass
@@ -66,7 +109,7 @@ class IOCluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ionodes, compute = _discover(self.client)
+                ionodes, compute = discover_workers(self.client)
             except ClusterError:
                 ionodes, compute = [], []
             if len(ionodes) >= want or time.monotonic() > deadline:
@@ -214,13 +257,13 @@ def local_cluster(
     common = {"host": LOOPBACK, "memory_limit": memory_limit, "silence_logs": logging.WARNING}
     workers: dict[str, dict[str, Any]] = {}
     for k in range(n_ionodes):
-        workers[f"io-{k}"] = {
+        workers[ionode_name(k)] = {
             "cls": Nanny,
             "options": {
                 **common,
-                "name": f"io-{k}",
+                "name": ionode_name(k),
                 "nthreads": 1,
-                "resources": {"io": 1, f"io-{k}": 1},
+                "resources": ionode_resources(k),
                 **({"env": io_env} if io_env else {}),
             },
         }
@@ -243,7 +286,7 @@ def local_cluster(
     try:
         client = Client(cluster)
         client.wait_for_workers(n_ionodes + n_compute, timeout=120)
-        found = _discover(client)
+        found = discover_workers(client)
     except Exception:
         cluster.close()
         raise
@@ -266,15 +309,20 @@ def connect(address: str | None = None, scheduler_file: str | None = None) -> IO
         raise ClusterError("give exactly one of address and scheduler_file")
     client = Client(address, timeout=60) if address else Client(scheduler_file=scheduler_file)
     try:
-        ionodes, compute = _discover(client)
+        ionodes, compute = discover_workers(client)
     except Exception:
         client.close()
         raise
     return IOCluster(client, ionodes, compute)
 
 
-def _discover(client: Any) -> tuple[list[str], list[str]]:
-    """I/O workers ordered by their ``io-K`` resource (or name), and the other workers."""
+def discover_workers(client: Any) -> tuple[list[str], list[str]]:
+    """I/O workers ordered by their ``io-K`` resource (or name), and the other workers.
+
+    Examples
+    --------
+    >>> ionodes, compute = discover_workers(client)  # doctest: +SKIP
+    """
     # a fresh query: Client.scheduler_info() may return a cache without workers
     info = client.sync(client.scheduler.identity, n_workers=-1).get("workers", {})
     io: dict[int, str] = {}
@@ -282,11 +330,9 @@ def _discover(client: Any) -> tuple[list[str], list[str]]:
     for addr, w in info.items():
         k = None
         for res in w.get("resources", {}):
-            if res.startswith("io-") and res[3:].isdigit():
-                k = int(res[3:])
-        name = str(w.get("name", ""))
-        if k is None and name.startswith("io-") and name[3:].isdigit():
-            k = int(name[3:])
+            k = ionode_number(res) if k is None else k
+        if k is None:
+            k = ionode_number(str(w.get("name", "")))
         if k is None:
             compute.append(addr)
         elif k in io:

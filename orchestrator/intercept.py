@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from . import defaults
 from .checkpoint import Checkpoint
 from .contributions import Contribution, ContributionError, DatasetSpec
 from .storage import get_backend
@@ -57,10 +58,10 @@ class StageOptions:
 
     target: str
     clients: int | None = None
-    format: str = "hdf5"
-    policy: str = "ms-ecf"
-    strategy: str = "contiguous"
-    stripe_bytes: int = 4 << 20
+    format: str = defaults.FORMAT
+    policy: str = defaults.POLICY
+    strategy: str = defaults.STRATEGY
+    stripe_bytes: int = defaults.STRIPE_BYTES
     assignment: str = "owner"
     step: str | None = "step"
     client: str | None = None
@@ -348,10 +349,10 @@ def output_stage(
     *,
     target: str | None = None,
     clients: int | None = None,
-    format: str = "hdf5",
-    policy: str = "ms-ecf",
-    strategy: str = "contiguous",
-    stripe_bytes: int = 4 << 20,
+    format: str = defaults.FORMAT,
+    policy: str = defaults.POLICY,
+    strategy: str = defaults.STRATEGY,
+    stripe_bytes: int = defaults.STRIPE_BYTES,
     assignment: str = "owner",
     step: str | None = "step",
     client: str | None = None,

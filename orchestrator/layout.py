@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from . import defaults
 from .contributions import DatasetSpec
 from .errors import LayoutError
 from .transfers import TransferSet
@@ -79,7 +80,7 @@ def derive_transfers(
     spec: DatasetSpec,
     writer: npt.NDArray[np.int64],
     layout: StripeLayout,
-    strategy: str = "contiguous",
+    strategy: str = defaults.STRATEGY,
     n_clients: int | None = None,
 ) -> StageTransfers:
     """Cut every writer's rows at stripe boundaries and group the pieces into transfers.

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import defaults
 from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
 from .cost import CostModel
@@ -192,7 +193,7 @@ def calibrated_cost(
     nbytes: int = 256 << 20,
     directory: Path | None = None,
     fmt: str = "hdf5",
-    stripe_bytes: int = 8 << 20,
+    stripe_bytes: int = defaults.STRIPE_BYTES,
 ) -> CostModel:
     """A planning model of this machine, measured: what one I/O node moves and writes per second,
     and what each unit costs beyond its bytes, while all of them work at once.

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import defaults
 from .cost import CostModel
 from .policies import schedule
 from .transfers import TransferSet
@@ -47,7 +48,7 @@ class Simulation:
 
 def simulate(
     transfers: TransferSet,
-    policy: str = "ms-ecf",
+    policy: str = defaults.POLICY,
     cost: CostModel | str | None = None,
     seed: int = 0,
     **options: Any,

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import defaults
 from .assignment import assign_holdings
 from .cluster import IOCluster, local_cluster
 from .contributions import Contribution, ContributionError, DatasetSpec, gather
@@ -186,12 +187,12 @@ def _prepare(
 def write_stage(
     target: str | os.PathLike[str],
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution | Described | Any]]],
-    format: str = "hdf5",
-    policy: str = "ms-ecf",
+    format: str = defaults.FORMAT,
+    policy: str = defaults.POLICY,
     cluster: IOCluster | None = None,
     n_ionodes: int = 4,
-    stripe_bytes: int = 4 << 20,
-    strategy: str = "contiguous",
+    stripe_bytes: int = defaults.STRIPE_BYTES,
+    strategy: str = defaults.STRATEGY,
     assignment: str | Mapping[str, Any] = "owner",
     unique: bool = False,
     allow_missing: bool = False,

@@ -108,7 +108,7 @@ def contribute(
     """
     from distributed import Queue, get_client, get_worker, rejoin, secede
 
-    from orchestrator.cluster import IOCluster, _discover
+    from orchestrator.cluster import IOCluster, discover_workers
 
     in_task = in_dask_task()
     if in_task:
@@ -116,7 +116,7 @@ def contribute(
         here = get_worker().address
     elif scheduler:
         client = scheduler_client(scheduler)
-        ionodes, compute = _discover(client)
+        ionodes, compute = discover_workers(client)
         pool = compute or ionodes
         here = pool[client_id % len(pool)]
     else:
@@ -149,7 +149,7 @@ def contribute(
         got = _each(client.get_dataset, keys)
         futures = {n: got[i * len(ids) : (i + 1) * len(ids)] for i, n in enumerate(names)}
         try:
-            ionodes, compute = _discover(client)
+            ionodes, compute = discover_workers(client)
             result = run_stage(IOCluster(client, ionodes, compute), futures)
         except BaseException as err:  # every waiting call must learn of the failure
             _each(out.put, [RuntimeError(f"{base}: the stage failed: {err}")]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from orchestrator import defaults
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
 from orchestrator.errors import DumpError, InputError
@@ -258,9 +259,9 @@ def dump(
     target: str | os.PathLike[str],
     load: int = 100,
     method: str = "idg",
-    policy: str = "ms-ecf",
+    policy: str = defaults.POLICY,
     strategy: str = "auto",
-    format: str = "hdf5",
+    format: str = defaults.FORMAT,
     stripe_bytes: int = 1 << 20,
     cost: CostModel | None = None,
     rule: DecisionRule | None = None,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from .. import defaults
 from ..errors import InputError
 from ..files import atomic_path
 from ..policies import PolicyError, policies
@@ -46,7 +47,7 @@ def run_bips3d(
         str,
         typer.Option(help="Replica assignment: all, or a comma list of metis,random,first,idg."),
     ] = "all",
-    policy: Annotated[str, typer.Option(help="Transfer scheduling policy.")] = "ms-ecf",
+    policy: Annotated[str, typer.Option(help="Transfer scheduling policy.")] = defaults.POLICY,
     strategy: Annotated[
         str, typer.Option(help="auto (the paper's Fig. 7 rule), list, two-phase or sequential.")
     ] = "auto",

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from .. import defaults
 from ..cost import get_cost_model
 from ..files import atomic_path
 from ..policies import policies, schedule
@@ -38,7 +39,9 @@ def policies_cmd() -> None:
 
 def schedule_cmd(
     transfers: Annotated[Path, typer.Option(help="CSV (client,ionode,nbytes) or .npz file.")],
-    policy: Annotated[str, typer.Option(help="Policy name (see `iorch policies`).")] = "ms-ecf",
+    policy: Annotated[
+        str, typer.Option(help="Policy name (see `iorch policies`).")
+    ] = defaults.POLICY,
     cost: Annotated[
         str | None, typer.Option(help="Cost preset (cluster2004, modern, ...) or a .json file.")
     ] = None,

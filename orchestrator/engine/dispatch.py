@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from distributed.comm.addressing import get_address_host
 
-from ..cluster import IOCluster
+from ..cluster import IOCluster, ionode_name
 from ..contributions import Contribution, DatasetSpec
 from ..errors import StageError
 from ..layout import StageTransfers
@@ -233,7 +233,8 @@ def dispatch(
         ref = backend_ref(fmt)
         writers.append(cl.client.submit(
             run_ionode, ref, info, node, names, mine, addrs, program.priority[s], row_bytes,
-            dtypes, aggregate, window, node_fills[s], direct, resources={f"io-{s}": 1}, pure=False,
+            dtypes, aggregate, window, node_fills[s], direct, resources={ionode_name(s): 1},
+            pure=False,
         ))  # fmt: skip
     try:
         _wait_watching(cl, writers)
@@ -311,7 +312,7 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
             time.sleep(poll)
             lost &= start_workers - _live_workers(cl)
         if lost:
-            names = ", ".join(f"io-{cl.ionodes.index(a)} ({a})" for a in sorted(lost))
+            names = ", ".join(f"{ionode_name(cl.ionodes.index(a))} ({a})" for a in sorted(lost))
             raise StageError(
                 f"I/O worker {names} died during dispatch; the stage was aborted and its "
                 "temporary output removed"

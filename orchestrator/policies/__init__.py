@@ -5,7 +5,7 @@
 - :mod:`.meta` — split-opt, ecf-ls, exact and auto, which build their own units
   (with :mod:`.splitopt` and :mod:`.exact`);
 - :mod:`.options` — checked options;
-- :mod:`.schedule` — :func:`schedule`, TransferSet to Plan.
+- :mod:`.scheduling` — :func:`schedule`, TransferSet to Plan.
 
 A new policy is one module that calls :func:`register_policy`, and one test
 class that subclasses :class:`orchestrator.testing.PolicyTests`.
@@ -22,7 +22,7 @@ from .registry import (
     register_policy,
     unregister_policy,
 )
-from .schedule import MAX_UNITS, schedule, warm_up
+from .scheduling import MAX_UNITS, schedule, warm_up
 
 __all__ = [
     "KINDS",

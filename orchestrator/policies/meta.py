@@ -21,7 +21,7 @@ from ..plan import Plan
 from ..transfers import TransferSet
 from .options import bool_option, float_option, int_option, start_option
 from .registry import Built, Policy, register_policy
-from .schedule import schedule
+from .scheduling import schedule
 from .splitopt import split_opt_units
 
 __all__: list[str] = []

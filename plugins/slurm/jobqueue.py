@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cluster import LOOPBACK, IOCluster, _discover
+from orchestrator.cluster import (
+    LOOPBACK,
+    IOCluster,
+    discover_workers,
+    ionode_name,
+    ionode_resources,
+)
 from orchestrator.errors import SlurmError
 
 from .batch import _NAME, check_partition
@@ -82,8 +88,9 @@ def jobqueue_cluster(
     workers: dict[str, dict[str, Any]] = {}
     for k in range(n_ionodes):
         # comma, not space: dask-jobqueue pastes the arguments into the job script unquoted
-        opts = dict(common, cores=1, worker_extra_args=["--resources", f"io=1,io-{k}=1"])
-        workers[f"io-{k}"] = {"cls": SLURMJob, "options": opts}
+        res = ",".join(f"{r}={n}" for r, n in ionode_resources(k).items())
+        opts = dict(common, cores=1, worker_extra_args=["--resources", res])
+        workers[ionode_name(k)] = {"cls": SLURMJob, "options": opts}
     for j in range(n_compute):
         workers[f"compute-{j}"] = {"cls": SLURMJob, "options": dict(common)}
     sched = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard": False,
@@ -93,7 +100,7 @@ def jobqueue_cluster(
     try:
         client = Client(cluster)
         client.wait_for_workers(n_ionodes + n_compute, timeout=timeout)
-        found = _discover(client)
+        found = discover_workers(client)
     except BaseException:
         if client is not None:
             client.close()

@@ -15,7 +15,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.cluster import LOOPBACK, ClusterError, IOCluster, _discover
+from orchestrator.cluster import (
+    LOOPBACK,
+    ClusterError,
+    IOCluster,
+    discover_workers,
+    ionode_name,
+    ionode_resources,
+)
 from orchestrator.errors import SlurmError
 
 from .allocation import Allocation, choose_roles
@@ -154,7 +161,7 @@ def allocation_cluster(
         client = Client(address, timeout=timeout)
         want = roles.n_ionodes + len(roles.compute_hosts) * compute_per_node
         _wait_for(client, want, steps, timeout)
-        found = _discover(client)
+        found = discover_workers(client)
     except BaseException:
         if client is not None:
             client.close()
@@ -222,7 +229,7 @@ def _worker_main(argv: Sequence[str]) -> None:
     ap.add_argument("--local-directory", default=None)
     a = ap.parse_args(argv)
     k = a.first + int(os.environ.get("SLURM_LOCALID", "0"))
-    name = f"{a.role}-{k}"
+    name = ionode_name(k) if a.role == "io" else f"{a.role}-{k}"
     node_mem = a.node_memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     cmd = [
         sys.executable, "-m", "distributed.cli.dask_worker", a.scheduler, "--name", name,
@@ -233,7 +240,7 @@ def _worker_main(argv: Sequence[str]) -> None:
     # the HTTP server (health, metrics) runs even without a dashboard: bind it too
     cmd += ["--host", host, "--dashboard-address", f"{host}:0"]
     if a.role == "io":
-        cmd += ["--resources", f"io=1 io-{k}=1"]
+        cmd += ["--resources", " ".join(f"{r}={n}" for r, n in ionode_resources(k).items())]
     if a.local_directory:
         cmd += ["--local-directory", os.path.expandvars(a.local_directory)]
     # the workers' INFO lines would drown the job's report in its output file

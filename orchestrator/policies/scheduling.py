@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import defaults
 from ..cost import CostModel, get_cost_model
 from ..errors import PolicyError
 from ..plan import Plan, Units
@@ -52,7 +53,7 @@ def warm_up(p: Policy) -> None:
 
 def schedule(
     transfers: TransferSet,
-    policy: str = "ms-ecf",
+    policy: str = defaults.POLICY,
     cost: CostModel | str | None = None,
     seed: int = 0,
     **options: Any,
