@@ -154,15 +154,15 @@ def _run(
     contributions: Mapping[str, list[Any]],
 ) -> Checkpoint:
     """Write one step: infer the specs, then :func:`~orchestrator.stage.write_stage`."""
-    from .stage import _is_future, describe, write_stage
+    from .stage import describe, is_future, write_stage
 
     # one round of small tasks for every remote contribution of every dataset: its rows
     # give the shape here and are handed on, so write_stage does not ask again
-    futures = [c for cs in contributions.values() for c in cs if _is_future(c)]
+    futures = [c for cs in contributions.values() for c in cs if is_future(c)]
     described = iter(describe(cluster, futures) if futures else [])
     datasets = {}
     for ds, contribs in contributions.items():
-        held = [next(described) if _is_future(c) else c for c in contribs]
+        held = [next(described) if is_future(c) else c for c in contribs]
         summaries = [
             (c.rows.size, c.shape, c.dtype, int(c.rows[-1]) if c.rows.size else -1)
             if not isinstance(c, Contribution) else _summary(c)

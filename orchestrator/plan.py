@@ -14,7 +14,7 @@ from .cost import CostModel
 from .errors import PlanError
 from .kernels.blocks import split_pieces
 from .kernels.timing import list_schedule, loads
-from .transfers import TransferSet, _write_rows
+from .transfers import TransferSet, write_rows
 
 __all__ = ["Plan", "PlanError", "Units", "lower_bound"]
 
@@ -527,7 +527,7 @@ class Plan:
         if not self.units.whole:
             header.append("offset")
             rows.append(self.offset[o].tolist())
-        _write_rows(path, header, zip(*rows, strict=True))
+        write_rows(path, header, zip(*rows, strict=True))
 
     def __repr__(self) -> str:
         return (

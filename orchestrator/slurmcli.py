@@ -1,4 +1,5 @@
 """Moved to :mod:`orchestrator.cli.slurm`; this name stays for one release."""
 
 from .cli.slurm import *  # noqa: F403
-from .cli.slurm import _script, workflow_cluster  # noqa: F401
+from .cli.slurm import _script  # noqa: F401
+from .plugins.slurm import workflow_cluster  # noqa: F401

@@ -84,7 +84,14 @@ def _standin(client: int, rows: np.ndarray, shape: tuple[int, ...], dtype: str) 
     return c
 
 
-def _is_future(x: Any) -> bool:
+def is_future(x: Any) -> bool:
+    """Whether ``x`` is a Dask future (checked by shape: no import of ``distributed``).
+
+    Examples
+    --------
+    >>> is_future(3)
+    False
+    """
     return type(x).__name__ == "Future" and hasattr(x, "key")
 
 
@@ -131,7 +138,7 @@ def _localize(
     local: dict[str, tuple[DatasetSpec, list[Contribution]]] = {}
     remote: dict[tuple[str, int], Any] = {}
     for name, (spec, contribs) in datasets.items():
-        futures = [c for c in contribs if _is_future(c)]
+        futures = [c for c in contribs if is_future(c)]
         known = [c for c in contribs if isinstance(c, Described)]
         if (futures or known) and unique:
             raise ContributionError(
@@ -142,7 +149,7 @@ def _localize(
         for d in known + (describe(cl, futures) if futures else []):
             stand.append(_standin(d.client, d.rows, d.shape, d.dtype))
             remote[(name, d.client)] = d.future
-        plain = [c for c in contribs if not _is_future(c) and not isinstance(c, Described)]
+        plain = [c for c in contribs if not is_future(c) and not isinstance(c, Described)]
         local[name] = (spec, plain + stand)
     return local, remote
 

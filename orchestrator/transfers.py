@@ -262,7 +262,7 @@ class TransferSet:
         >>> p.read_text().splitlines()
         ['client,ionode,nbytes', '0,1,7', '1,0,8']
         """
-        _write_rows(
+        write_rows(
             path,
             ("client", "ionode", "nbytes"),
             zip(self.client, self.ionode, self.nbytes, strict=True),
@@ -283,7 +283,17 @@ def _count(field: str, column: str, col: npt.NDArray[np.int64], given: int | Non
     return int(given)
 
 
-def _write_rows(path: str | os.PathLike[str], header: Iterable[str], rows: Iterable[Any]) -> None:
+def write_rows(path: str | os.PathLike[str], header: Iterable[str], rows: Iterable[Any]) -> None:
+    """Write a CSV file atomically (complete or absent): ``header``, then ``rows``.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+    >>> write_rows(path, ["a", "b"], [(1, 2)])
+    >>> path.read_text().split()
+    ['a,b', '1,2']
+    """
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(header)

@@ -180,9 +180,9 @@ def test_bench_optimal_quick_prints_the_table_and_writes_csv_and_json(tmp_path):
 
 def test_mesh_dump_family_is_what_the_stage_schedules():
     """The mesh-dump family's sets cover the dump's bytes, one transfer per (partition, I/O node)."""
-    from orchestrator.bench.optimal import _mesh_case, families, mesh_dump_set
+    from orchestrator.bench.optimal import families, mesh_case, mesh_dump_set
 
-    case = _mesh_case(8)
+    case = mesh_case(8)
     for method in ("metis", "idg"):
         ts = mesh_dump_set(8, method, load=10)
         assert (ts.n_clients, ts.n_ionodes) == (8, 4)

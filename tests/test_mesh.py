@@ -17,7 +17,7 @@ from orchestrator.workflows.mesh import (
     read_metis_partition,
     write_mesh,
 )
-from orchestrator.workflows.meshgen import _kuhn_cells, generate_mesh, renumber
+from orchestrator.workflows.meshgen import generate_mesh, kuhn_cells, renumber
 
 from orchestrator.kernels.meshgraph import kuhn_graph
 
@@ -98,7 +98,7 @@ def test_well_formed_input_never_warns(tmp_path):
 @given(st.integers(2, 7), st.integers(2, 7), st.integers(2, 7))
 def test_kuhn_graph_kernel_is_the_nodal_graph_of_the_kuhn_cells(nx, ny, nz):
     indptr, indices = kuhn_graph(nx, ny, nz)
-    want = nodal_graph(_kuhn_cells(nx, ny, nz), nx * ny * nz)
+    want = nodal_graph(kuhn_cells(nx, ny, nz), nx * ny * nz)
     assert indptr.tolist() == want[0].tolist()
     assert indices.tolist() == want[1].tolist()  # rows sorted in both
 

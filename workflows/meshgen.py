@@ -96,8 +96,14 @@ def _grid_dims(n: int, size: tuple[float, float, float]) -> tuple[int, int, int]
     return min(shapes, key=lambda s: abs(s[0] * s[1] * s[2] - n))
 
 
-def _kuhn_cells(nx: int, ny: int, nz: int) -> npt.NDArray[np.int64]:
-    """The six tetrahedra around the main diagonal of every grid cell."""
+def kuhn_cells(nx: int, ny: int, nz: int) -> npt.NDArray[np.int64]:
+    """The six tetrahedra around the main diagonal of every grid cell (node ids, 4 per row).
+
+    Examples
+    --------
+    >>> kuhn_cells(2, 2, 2).shape
+    (6, 4)
+    """
     i, j, k = np.meshgrid(np.arange(nx - 1), np.arange(ny - 1), np.arange(nz - 1), indexing="ij")
     base = (i + nx * (j + ny * k)).ravel()
     step = np.array([1, nx, nx * ny])
@@ -202,7 +208,7 @@ def generate_mesh(
         # nodes off the perfect grid by up to 15 % of the local spacing, like a mesher's
         points += (rng.random(points.shape) - 0.5) * 0.3 * spacing
         indptr, indices = kuhn_graph(nx, ny, nz)
-        kuhn = _oriented(points, _kuhn_cells(nx, ny, nz)) if cells else None
+        kuhn = _oriented(points, kuhn_cells(nx, ny, nz)) if cells else None
         mesh = Mesh(points, indptr, indices, kuhn)
     return mesh if order == "done" else renumber(mesh, order, seed=seed)[0]
 

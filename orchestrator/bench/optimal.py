@@ -87,7 +87,14 @@ def skewed_set(kind: str, n: int = 2000, seed: int = 0) -> TransferSet:
 
 
 @cache
-def _mesh_case(parts: int) -> Any:
+def mesh_case(parts: int) -> Any:
+    """The BIPS3D mesh cut into ``parts`` (the real one when present, else one of its size).
+
+    Examples
+    --------
+    >>> mesh_case(8).n_nodes  # doctest: +SKIP
+    32888
+    """
     from ..workflows.bips3d import default_mesh, load_case
 
     mesh = default_mesh()
@@ -117,7 +124,7 @@ def mesh_dump_set(
     from ..layout import StripeLayout, derive_transfers
     from ..replicas import assign
 
-    case = _mesh_case(parts)
+    case = mesh_case(parts)
     writer = assign(case.replicas, case.partition, method)
     spec = DatasetSpec("u", (case.n_nodes, load), "float64")
     st = derive_transfers(spec, writer, StripeLayout(n_ionodes, stripe_bytes), "list", parts)

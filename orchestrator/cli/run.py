@@ -28,7 +28,6 @@ from .slurm import (
     IONodesOpt,
     LocalDirOpt,
     SharedOpt,
-    workflow_cluster,
 )
 
 
@@ -75,6 +74,7 @@ def run_bips3d(
     Example: ``iorch run bips3d --mesh mesh.graph --parts 8 --load 100 --format zarr``
     """
     from ..measure import calibrated_cost, parse_size, raw_write_bandwidth
+    from ..plugins.slurm import workflow_cluster  # Slurm only where a workflow runs
     from ..replicas import METHODS
     from ..workflows import bips3d
 
@@ -101,7 +101,7 @@ def run_bips3d(
             nbytes = case.n_nodes * load * 8
             raw = raw_write_bandwidth(out, max(nbytes, 8 << 20))
             with workflow_cluster(cluster, ionodes, io_nodes, shared_nodes, compute_per_node,
-                                  local_directory) as cl:  # fmt: skip
+                                  local_directory, announce=err.print) as cl:  # fmt: skip
                 n_io = cl.n_ionodes
                 # planning and the auto rule see this machine's link and disk, measured
                 cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20), directory=out,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,11 +13,9 @@ from rich.table import Table
 
 from ..errors import InputError
 
-__all__ = ["slurm_app", "workflow_cluster"]
+__all__ = ["slurm_app"]
 
 slurm_app = typer.Typer(help="Run workflows as Slurm batch jobs on I/O-node-bound Dask workers.")
-
-CLUSTERS = ("auto", "local", "slurm")
 
 # The options `iorch run <workflow>` takes for its cluster, declared once for every workflow
 ClusterOpt = Annotated[
@@ -59,41 +56,6 @@ LocalDirOpt = Annotated[
         help="Slurm: workers' scratch (spill) folder, e.g. node-local NVMe ('$TMPDIR', quoted)."
     ),
 ]
-
-
-def workflow_cluster(
-    cluster: str,
-    ionodes: int | None,
-    io_nodes: str = "1",
-    shared_nodes: bool | None = None,
-    compute_per_node: int = 1,
-    local_directory: str | None = None,
-) -> AbstractContextManager[Any]:
-    """The cluster a workflow runs on: embedded on 127.0.0.1, or across the Slurm allocation.
-
-    ``cluster="auto"`` takes the Slurm allocation when ``SLURM_JOB_ID`` is
-    set, the embedded cluster otherwise.
-
-    Examples
-    --------
-    >>> with workflow_cluster("local", ionodes=2) as io:  # doctest: +SKIP
-    ...     io.n_ionodes
-    2
-    """
-    from ..cluster import local_cluster
-    from ..plugins.slurm import Allocation, SlurmError, allocation_cluster
-    from ._common import err
-
-    if cluster not in CLUSTERS:
-        raise InputError(f"--cluster {cluster!r}: choose one of {list(CLUSTERS)}")
-    alloc = Allocation.from_env() if cluster != "local" else None
-    if cluster == "slurm" and alloc is None:
-        raise SlurmError("--cluster slurm: not inside a Slurm job (SLURM_JOB_ID is not set)")
-    if alloc is None:
-        return local_cluster(n_ionodes=ionodes or 4, n_compute=2)
-    err.print(f"Slurm job {alloc.job_id}: starting Dask workers on {', '.join(alloc.nodes)}")
-    return allocation_cluster(io_nodes, ionodes, shared_nodes, compute_per_node, local_directory,
-                              allocation=alloc)  # fmt: skip
 
 
 # ---------------------------------------------------------------- iorch slurm

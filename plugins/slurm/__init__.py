@@ -31,9 +31,10 @@ from .allocation import Allocation, Roles, choose_roles
 from .batch import JobStatus, batch_script, check_partition, job_status, submit
 from .hostlist import expand_hostlist
 from .jobqueue import jobqueue_cluster, parsl_config
-from .srun import allocation_cluster, main
+from .srun import CLUSTERS, allocation_cluster, main, workflow_cluster
 
 __all__ = [
+    "CLUSTERS",
     "Allocation",
     "JobStatus",
     "Roles",
@@ -49,4 +50,5 @@ __all__ = [
     "main",
     "parsl_config",
     "submit",
+    "workflow_cluster",
 ]

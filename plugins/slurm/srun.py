@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from orchestrator.cluster import (
@@ -23,7 +24,7 @@ from orchestrator.cluster import (
     ionode_name,
     ionode_resources,
 )
-from orchestrator.errors import SlurmError
+from orchestrator.errors import InputError, SlurmError
 
 from .allocation import Allocation, choose_roles
 
@@ -254,3 +255,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args or args[0] != "worker":
         raise SystemExit("usage: python -m orchestrator.plugins.slurm worker SCHEDULER --role …")
     _worker_main(args[1:])
+
+
+#: where ``iorch run`` may run a workflow
+CLUSTERS = ("auto", "local", "slurm")
+
+
+def workflow_cluster(
+    cluster: str,
+    ionodes: int | None,
+    io_nodes: str = "1",
+    shared_nodes: bool | None = None,
+    compute_per_node: int = 1,
+    local_directory: str | None = None,
+    announce: Callable[[str], None] = log.info,
+) -> AbstractContextManager[IOCluster]:
+    """The cluster a workflow runs on: embedded on 127.0.0.1, or across the Slurm allocation.
+
+    ``cluster="auto"`` takes the Slurm allocation when ``SLURM_JOB_ID`` is
+    set, the embedded cluster otherwise. ``announce`` hears which nodes a
+    Slurm cluster starts on (the CLI prints it).
+
+    Examples
+    --------
+    >>> with workflow_cluster("local", ionodes=2) as io:  # doctest: +SKIP
+    ...     io.n_ionodes
+    2
+    """
+    from orchestrator.cluster import local_cluster
+
+    if cluster not in CLUSTERS:
+        raise InputError(f"--cluster {cluster!r}: choose one of {list(CLUSTERS)}")
+    alloc = Allocation.from_env() if cluster != "local" else None
+    if cluster == "slurm" and alloc is None:
+        raise SlurmError("--cluster slurm: not inside a Slurm job (SLURM_JOB_ID is not set)")
+    if alloc is None:
+        return local_cluster(n_ionodes=ionodes or 4, n_compute=2)
+    announce(f"Slurm job {alloc.job_id}: starting Dask workers on {', '.join(alloc.nodes)}")
+    return allocation_cluster(io_nodes, ionodes, shared_nodes, compute_per_node, local_directory,
+                              allocation=alloc)  # fmt: skip
