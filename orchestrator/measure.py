@@ -230,30 +230,33 @@ def calibrated_cost(
     spec = DatasetSpec("calibration", (n_rows, width), "float64")
     stripe = max(spec.row_bytes, min(stripe_bytes, spec.nbytes // n) // spec.row_bytes
                  * spec.row_bytes)  # fmt: skip
-    stripe_rows = stripe // spec.row_bytes
     # the same bytes twice: in one contiguous piece per client, then in pieces of about
     # 250 kB (not a whole number of pages, as rows of a mesh are not) dealt round-robin to
     # as many clients as a stripe holds pieces, so each unit is about one piece. The
     # difference of the two makespans is what a unit costs beyond its bytes
     timed = []
     for clients, rows in ((2 * n, -(-n_rows // (2 * n))),
-                          (max(2, stripe // CALIBRATION_PIECE),
+                          (max(2 * n, stripe // CALIBRATION_PIECE),
                            max(1, CALIBRATION_PIECE // spec.row_bytes))):  # fmt: skip
         owner = (np.arange(n_rows) // rows) % clients
-        stripe_of = np.arange(n_rows) // stripe_rows
-        units = len(np.unique(owner * (int(stripe_of[-1]) + 1) + stripe_of))  # (client, stripe)
         parts = [cluster.client.submit(contribution, c, np.flatnonzero(owner == c), width,
                                        pure=False, workers=[cluster.compute_worker(c)])
                  for c in range(clients)]  # fmt: skip
         try:
-            timed.append((units, _calibration_makespan(cluster, directory, spec, parts, stripe,
-                                                       fmt)))  # fmt: skip
+            # the units counted are the plan's: runs cut at stripe ends, neighbours on
+            # one I/O node merged (derive_transfers), not (client, stripe) pairs
+            timed.append(_calibration_makespan(cluster, directory, spec, parts, stripe, fmt))
         finally:
             for p in parts:
                 p.release()
-    (u_big, t_big), (u_small, t_small) = timed
-    per_unit = max(0.0, (t_small - t_big) / max(u_small - u_big, 1) * n)
-    rate = spec.nbytes / n / max(t_big - u_big / n * per_unit, 1e-6)
+    (t_big, u_big), (t_small, u_small) = timed
+    per_unit = max(0.0, (t_small - t_big) / (u_small - u_big) * n) if u_small > u_big else 0.0
+    bytes_time = t_big - u_big / n * per_unit
+    if u_small < 2 * u_big or bytes_time < 0.5 * t_big:
+        # the two stages differ too little in units (small stripes) for the difference of
+        # their makespans to stand out of the noise: bytes only
+        per_unit, bytes_time = 0.0, t_big
+    rate = spec.nbytes / n / max(bytes_time, 1e-6)
     return CostModel(network_bandwidth=rate, disk_bandwidth=max(raw_bandwidth / n, rate),
                      network_latency=per_unit, disk_latency=0.0, name="calibrated")  # fmt: skip
 
@@ -264,10 +267,10 @@ CALIBRATION_PIECE = 250_000
 
 def _calibration_makespan(
     cluster: IOCluster, directory: Path, spec: DatasetSpec, parts: list[Any], stripe: int, fmt: str
-) -> float:
-    """Realized makespan of a calibration stage, written twice (the first warms up)."""
+) -> tuple[float, int]:
+    """Realized makespan and units of a calibration stage, written twice (the first warms up)."""
     target = directory / f".calibration-{os.getpid()}.{'h5' if fmt == 'hdf5' else 'd'}"
-    makespan = float("inf")
+    makespan, units = float("inf"), 0
     try:
         for _ in range(2):
             # the way a stage of this size runs (direct writes by size, as write_stage
@@ -279,7 +282,7 @@ def _calibration_makespan(
                               direct=False if fmt == "zarr" else None)  # fmt: skip
             remove_path(target)
             os.sync()
-            makespan = res.trace.makespan
+            makespan, units = res.trace.makespan, res.plan.n_units
     finally:
         remove_path(target)
-    return makespan
+    return makespan, units

@@ -421,12 +421,15 @@ class Backend(ABC):
 
 
 #: built-in formats: name -> "module:Class" (imported on first use)
-_BACKENDS: dict[str, str | type[Backend]] = {
+_BUILTIN: dict[str, str] = {
     "hdf5": "orchestrator.plugins.hdf5:HDF5Backend",
     "hdf5-vds": "orchestrator.plugins.hdf5:HDF5SubfileBackend",
     "hdf5-chunked": "orchestrator.plugins.hdf5:HDF5ChunkedBackend",
     "zarr": "orchestrator.plugins.zarr:ZarrBackend",
 }
+_BACKENDS: dict[str, str | type[Backend]] = dict(_BUILTIN)
+#: formats of installed packages, as every process finds them
+_ENTRY: dict[str, str] = {}
 #: entry point group through which installed packages add formats
 ENTRY_POINTS = "orchestrator.backends"
 _loaded_entry_points = False
@@ -441,6 +444,7 @@ def _entry_points() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINTS):
+        _ENTRY.setdefault(ep.name, ep.value)
         _BACKENDS.setdefault(ep.name, ep.value)
 
 
@@ -505,7 +509,13 @@ def backend_ref(name: str) -> str | type[Backend]:
     """
     _entry_points()
     where = _BACKENDS.get(name)
-    return where if isinstance(where, type) else name
+    if where is None or where in (_BUILTIN.get(name), _ENTRY.get(name)):
+        return name  # every process finds it under this name
+    if isinstance(where, str):  # registered here as "module:Class": send the class
+        module, cls = where.split(":")
+        found: type[Backend] = getattr(importlib.import_module(module), cls)
+        return found
+    return where
 
 
 def get_backend(name: str | type[Backend]) -> Backend:
@@ -532,6 +542,21 @@ def get_backend(name: str | type[Backend]) -> Backend:
     return backend
 
 
+def _guesser(name: str) -> Backend | None:
+    """The backend called ``name``, or None when it cannot be loaded (a broken plugin)."""
+    try:
+        return get_backend(name)
+    except Exception:  # a third party's import error must not hide ours
+        return None
+
+
+def _guess(backend: Backend, path: Path) -> bool:
+    try:
+        return bool(backend.guess_can_open(path))
+    except Exception:  # a third party's guess that fails is a no
+        return False
+
+
 def format_of(path: str | os.PathLike[str]) -> str:
     """The format a committed target was written in.
 
@@ -548,13 +573,22 @@ def format_of(path: str | os.PathLike[str]) -> str:
     path = Path(path)
     if not path.exists():
         raise StorageError(f"{path} does not exist")
+    if not (path.is_file() or path.is_dir()):  # a FIFO or a device: opening it may block
+        raise StorageError(f"{path} is neither a file nor a folder")
     for name in backend_names():
-        backend = get_backend(name)
-        if not backend.guess_can_open(path):
+        backend = _guesser(name)
+        if backend is None or not _guess(backend, path):
             continue
         try:
-            named = backend.read_manifest(path).get("format")
+            manifest = backend.read_manifest(path)
         except (OrchestratorError, OSError, ValueError, KeyError, TypeError):
-            named = None  # damaged or not ours: verify says what is wrong with it
-        return named if isinstance(named, str) and named in _BACKENDS else name
+            manifest = None  # damaged or not ours: verify says what is wrong with it
+        named = manifest.get("format") if isinstance(manifest, dict) else None
+        if isinstance(named, str) and named != name and named in _BACKENDS:
+            # formats may share a shape on disk; the manifest's word counts only if that
+            # format recognises the target too
+            other = _guesser(named)
+            if other is not None and _guess(other, path):
+                return named
+        return name
     raise StorageError(f"{path} is not a checkpoint in any known format {list(_BACKENDS)}")

@@ -116,6 +116,8 @@ class HDF5Backend(Backend):
 
     def guess_can_open(self, path: Path) -> bool:
         """A file that starts with HDF5's signature."""
+        if not path.is_file():  # a folder, a FIFO (opening one would block), a device
+            return False
         try:
             with open(path, "rb") as f:
                 return bool(f.read(8) == b"\x89HDF\r\n\x1a\n")

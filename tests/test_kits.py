@@ -141,3 +141,48 @@ def test_format_of_refuses_what_no_format_recognises(tmp_path):
 @given(transfer_sets(max_clients=2, max_ionodes=2, max_transfers=3))
 def test_transfer_sets_stay_within_their_bounds(ts):
     assert 1 <= len(ts) <= 3 and ts.n_clients <= 2 and ts.n_ionodes <= 2
+
+
+def test_format_of_survives_hostile_targets_and_broken_plugins(tmp_path):
+    """A FIFO is refused without opening it (opening would block); a manifest that is not a
+    mapping, or names a format whose shape the target does not have, does not decide; a
+    format whose module cannot be imported is passed over."""
+    import json
+    import os
+
+    import h5py
+
+    from plugins.hdf5 import MANIFEST_ATTR
+
+    fifo = tmp_path / "pipe.h5"
+    os.mkfifo(fifo)
+    with pytest.raises(orc.StorageError, match="neither a file nor a folder"):
+        format_of(fifo)
+    odd = tmp_path / "odd.h5"
+    for manifest in ([1, 2], {"format": "zarr"}):
+        with h5py.File(odd, "w") as f:
+            f.attrs[MANIFEST_ATTR] = json.dumps(manifest)
+        assert format_of(odd) == "hdf5"
+    register_backend("broken", "no_such_module_anywhere:Backend")
+    try:
+        assert format_of(odd) == "hdf5"
+    finally:
+        unregister_backend("broken")
+
+
+def test_a_format_registered_by_module_path_reaches_workers_as_its_class():
+    from orchestrator.storage import backend_ref
+    from plugins.hdf5 import HDF5Backend
+
+    assert backend_ref("hdf5") == "hdf5"  # every process finds the built-ins by name
+    register_backend("hdf5-by-path", "orchestrator.plugins.hdf5:HDF5Backend")
+    try:
+        assert backend_ref("hdf5-by-path").__name__ == HDF5Backend.__name__
+    finally:
+        unregister_backend("hdf5-by-path")
+    register_backend("hdf5", "orchestrator.plugins.hdf5:HDF5SubfileBackend", replace=True)
+    try:  # a built-in name replaced here must not be sent as the name
+        assert backend_ref("hdf5").__name__ == "HDF5SubfileBackend"
+    finally:
+        register_backend("hdf5", "orchestrator.plugins.hdf5:HDF5Backend", replace=True)
+    assert backend_ref("hdf5") == "hdf5"

@@ -173,10 +173,11 @@ def write_cut(
     """On a source on the I/O node's host: write the cut's ranges into the output itself.
 
     The direct write: the bytes go from the contributions straight into the
-    I/O node's file with positioned writes, in the cut's order, and never
-    cross between processes. Range ``i`` is as in :func:`cut`, of dataset
-    ``names[dataset[i]]``. ``identity`` is the ``(st_dev, st_ino)`` the
-    I/O node sees for the file; if this process opens another file (another
+    I/O node's file with positioned writes — ranges that meet in the file as
+    one run, runs in file order — and never cross between processes. Range
+    ``i`` is as in :func:`cut`, of dataset ``names[dataset[i]]``.
+    ``identity`` is the ``(st_dev, st_ino)`` the I/O node sees for the
+    file; if this process opens another file (another
     mount, another file system view), nothing is written and the bytes come
     back instead, as :func:`cut` would return them, for the I/O node to write.
 
