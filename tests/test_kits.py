@@ -141,6 +141,7 @@ def test_format_of_refuses_what_no_format_recognises(tmp_path):
 @given(transfer_sets(max_clients=2, max_ionodes=2, max_transfers=3))
 def test_transfer_sets_stay_within_their_bounds(ts):
     assert 1 <= len(ts) <= 3 and ts.n_clients <= 2 and ts.n_ionodes <= 2
+    assert (ts.nbytes >= 1).all() and (ts.client < ts.n_clients).all()
 
 
 def test_format_of_survives_hostile_targets_and_broken_plugins(tmp_path):
