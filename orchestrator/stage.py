@@ -69,9 +69,9 @@ class StageResult:
         return float(self.plan.transfers.total_bytes) / self.seconds
 
 
-def _describe(con: Contribution) -> tuple[int, np.ndarray, tuple[int, ...], str]:
-    """On the worker holding a contribution: what the parent needs to plan (no values)."""
-    return con.client, con.rows, tuple(con.values.shape), con.values.dtype.str
+def _describe(*cons: Contribution) -> list[tuple[int, np.ndarray, tuple[int, ...], str]]:
+    """On the worker holding contributions: what the parent needs to plan (no values)."""
+    return [(c.client, c.rows, tuple(c.values.shape), c.values.dtype.str) for c in cons]
 
 
 def _standin(client: int, rows: np.ndarray, shape: tuple[int, ...], dtype: str) -> Contribution:
@@ -114,14 +114,29 @@ class Described:
 def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     """Ask the workers holding ``futures`` (Contributions) for their rows, shapes and dtypes.
 
-    One task per contribution, all at once; the values stay where they are.
+    One task per worker holding some of them, all at once, each on the worker
+    that holds its contributions: the values stay where they are, and a stage
+    of many tasks costs a few round trips, not one per task.
 
     Examples
     --------
     >>> [d.client for d in describe(cl, futures)]  # doctest: +SKIP
     [0, 1, 2, 3]
     """
-    got = cl.client.gather([cl.client.submit(_describe, f, pure=False) for f in futures])
+    futures = list(futures)
+    who = cl.client.who_has(futures)  # one round trip for all
+    by_worker: dict[str, list[int]] = {}
+    for i, f in enumerate(futures):
+        holders = sorted(who.get(f.key) or [""])
+        by_worker.setdefault(holders[0], []).append(i)
+    # a holder not known yet (a scatter still under way): any worker, Dask fetches it
+    where = {w: {"workers": [w], "allow_other_workers": True} if w else {} for w in by_worker}
+    tasks = [cl.client.submit(_describe, *(futures[i] for i in idx), pure=False, **where[w])
+             for w, idx in by_worker.items()]  # fmt: skip
+    got: list[Any] = [None] * len(futures)
+    for idx, described in zip(by_worker.values(), cl.client.gather(tasks), strict=True):
+        for i, d in zip(idx, described, strict=True):
+            got[i] = d
     return [Described(f, *d) for f, d in zip(futures, got, strict=True)]
 
 

@@ -3,13 +3,14 @@
 When a decorated stage function runs inside a Dask task (``Client.submit``,
 ``Client.map``, ``dask.delayed``) — or in any process that can reach the
 orchestrator's scheduler, such as a Parsl worker — its contribution is stored
-on a Dask worker and *published* under a name the whole stage agrees on. The
-calls of one step count themselves in one atomic step on the scheduler; the last
-one becomes the leader: it runs the write stage with the published futures (so
-pieces go worker → I/O worker, never through any client process), then hands
-the committed checkpoint to the others through a distributed queue. Waiting
-tasks secede from their worker's thread pool, so they never block the cut
-tasks the leader needs.
+on a Dask worker, and the call hands its key to the step in one round trip to
+the scheduler, which counts the call in and holds the key under the step's name
+(as a published dataset is held). The last call becomes the leader: it runs the
+write stage with the held futures (so pieces go worker → I/O worker, never
+through any client process), then hands the committed checkpoint to the others
+through a distributed queue. Calls secede from their worker's thread pool as
+soon as their function has returned, so the next task starts at once and the
+waiting calls never block the cut tasks the leader needs.
 
 Only this module knows Dask's coordination primitives; it is imported lazily.
 """
@@ -106,7 +107,7 @@ def contribute(
     >>> contribute("iorch:save:ckpt/3.h5", 0, {"u": con}, 4, run)  # doctest: +SKIP
     Checkpoint(path=PosixPath('ckpt/3.h5'), step=3)
     """
-    from distributed import Queue, get_client, get_worker, rejoin, secede
+    from distributed import Future, Queue, get_client, get_worker, rejoin, secede
 
     from orchestrator.cluster import IOCluster, discover_workers
 
@@ -114,6 +115,9 @@ def contribute(
     if in_task:
         client = get_client()
         here = get_worker().address
+        # from here on this call only waits on the scheduler: the worker's thread goes to
+        # the next task (and to the leader's cut tasks) at once
+        secede()
     elif scheduler:
         client = scheduler_client(scheduler)
         ionodes, compute = discover_workers(client)
@@ -121,34 +125,32 @@ def contribute(
         here = pool[client_id % len(pool)]
     else:
         raise RuntimeError("not in a Dask task and no scheduler address given")
-    for name, con in contributions.items():
-        [fut] = client.scatter([con], workers=[here], hash=False)
-        # published: the scheduler keeps it alive after this call returns
-        client.publish_dataset(fut, name=f"{base}:{client_id}:{name}", override=True)
-    names = sorted(contributions)
-    if in_task:
-        secede()  # waiting must not hold a thread the leader's cut tasks need
     try:
-        # one atomic step on the scheduler: count this call in (or learn of a failure)
-        what, ids = client.run_on_scheduler(_arrival(base, client_id, n_clients))
+        names = sorted(contributions)
+        # inside a task this stores the values on this worker and tells the scheduler
+        scattered = client.scatter([contributions[n] for n in names], workers=[here], hash=False)
+        mine = {n: f.key for n, f in zip(names, scattered, strict=True)}
+        # one atomic step on the scheduler: the step holds the keys and counts this call in
+        # (or tells of a failure)
+        what, got = client.run_on_scheduler(_arrival(base, client_id, n_clients, mine))
         if what == "failed":
-            _each(client.unpublish_dataset, [f"{base}:{client_id}:{n}" for n in names])
-            raise StageError(f"{base}: the step cannot be written: {ids}")
+            raise StageError(f"{base}: the step cannot be written: {got}")
         if what == "twice":
             raise ContributionError(f"{base}: client {client_id} contributed twice to this step")
-        leader = what == "lead"
         out = Queue(f"{base}:out", client=client)
-        if not leader and not wait:
-            return None
-        if not leader:
+        if what == "wait":
+            if not wait:
+                return None
             result = out.get(timeout=timeout)
             if isinstance(result, BaseException):
                 raise result
             return result
-        keys = [f"{base}:{c}:{n}" for n in names for c in sorted(ids)]
-        got = _each(client.get_dataset, keys)
-        futures = {n: got[i * len(ids) : (i + 1) * len(ids)] for i, n in enumerate(names)}
+        keys = [k for held in got.values() for k in held.values()]
         try:
+            # futures of this client for the held keys: the scheduler knows them in memory
+            futures: dict[str, list[Any]] = {
+                n: [Future(got[c][n], client) for c in sorted(got)] for n in names
+            }
             ionodes, compute = discover_workers(client)
             result = run_stage(IOCluster(client, ionodes, compute), futures)
         except BaseException as err:  # every waiting call must learn of the failure
@@ -157,8 +159,8 @@ def contribute(
             raise
         else:
             _each(out.put, [result] * (n_clients - 1 if wait else 0))
-        finally:  # the waiting calls go first; then the contributions are let go
-            _each(client.unpublish_dataset, keys)
+        finally:  # the waiting calls go first; then the step lets go of the contributions
+            client.run_on_scheduler(_release(base, keys))
         return result
     finally:
         if in_task:
@@ -174,59 +176,101 @@ def _each(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-def _arrival(base: str, client_id: int, n_clients: int) -> Callable[..., tuple[str, Any]]:
-    """The scheduler-side step of a call arriving: ``("wait" | "lead", ids)``,
-    ``("failed", why)`` or ``("twice", None)``.
+def _holder(base: str) -> str:
+    """The scheduler-side name that keeps a step's contributions alive until it is written."""
+    return f"iorch-step:{base}"
 
-    Run with ``Client.run_on_scheduler``: a plain function runs on the
-    scheduler's event loop, so reading and updating the step's entry of its
-    metadata store is atomic, in one round trip and without a lock. The
-    leader takes the step's calls and leaves the count empty for its next
-    use. Defined inside a function so that it travels by value: the
-    scheduler need not import this package.
+
+def _arrival(
+    base: str, client_id: int, n_clients: int, keys: dict[str, Any]
+) -> Callable[..., tuple[str, Any]]:
+    """The scheduler-side step of a call arriving with the keys of its contributions.
+
+    Returns ``("wait", None)``, ``("lead", {client: {dataset: key}})``,
+    ``("failed", why)`` or ``("twice", None)``. Run with
+    ``Client.run_on_scheduler``: a plain function runs on the scheduler's
+    event loop, so reading and updating the step's entry of its metadata
+    store is atomic, in one round trip and without a lock. The step holds
+    the keys under its own name (as a published dataset would be held, without
+    a round trip per dataset), so they outlive the call that scattered them;
+    the leader takes the step's calls and leaves the entry empty for its next
+    use. Defined inside a function so that it travels by value: the scheduler
+    need not import this package.
 
     Examples
     --------
     >>> class Scheduler:
     ...     task_metadata = {}
+    ...     def client_desires_keys(self, keys, client): pass
     >>> s = Scheduler()
-    >>> _arrival("step", 1, 2)(dask_scheduler=s), _arrival("step", 0, 2)(dask_scheduler=s)
-    (('wait', [1]), ('lead', [1, 0]))
+    >>> _arrival("step", 1, 2, {"u": "k1"})(dask_scheduler=s)
+    ('wait', None)
+    >>> _arrival("step", 0, 2, {"u": "k0"})(dask_scheduler=s)
+    ('lead', {1: {'u': 'k1'}, 0: {'u': 'k0'}})
     """
+
+    holder = _holder(base)  # a value in the closure: the scheduler need not import us
 
     def arrive(dask_scheduler: Any = None) -> tuple[str, Any]:
         step = dask_scheduler.task_metadata.setdefault(base, {})
         if step.get("failed"):
             return "failed", step["failed"]
-        ids = list(step.get("clients", []))
-        if client_id in ids:
+        held = dict(step.get("held", {}))
+        if client_id in held:
             return "twice", None
-        ids.append(client_id)
-        lead = len(ids) == n_clients
-        step["clients"] = [] if lead else ids
-        return ("lead" if lead else "wait"), ids
+        dask_scheduler.client_desires_keys(keys=list(keys.values()), client=holder)
+        held[client_id] = keys
+        lead = len(held) == n_clients
+        step["held"] = {} if lead else held
+        return ("lead", held) if lead else ("wait", None)
 
     return arrive
 
 
-def _failure(base: str, why: str) -> Callable[..., list[int]]:
-    """The scheduler-side step of a failed call: mark the step failed, return who waits.
+def _release(base: str, keys: list[Any]) -> Callable[..., None]:
+    """The scheduler-side step that lets go of a step's held contributions.
 
     Examples
     --------
     >>> class Scheduler:
-    ...     task_metadata = {"step": {"clients": [3]}}
-    >>> s = Scheduler()
-    >>> _failure("step", "boom")(dask_scheduler=s), s.task_metadata
-    ([3], {'step': {'clients': [], 'failed': 'boom'}})
+    ...     clients = {}
+    >>> _release("step", ["k0"])(dask_scheduler=Scheduler())  # nothing held: nothing to do
     """
 
-    def mark(dask_scheduler: Any = None) -> list[int]:
+    holder = _holder(base)
+
+    def release(dask_scheduler: Any = None) -> None:
+        if keys and holder in dask_scheduler.clients:
+            dask_scheduler.client_releases_keys(keys=keys, client=holder)
+
+    return release
+
+
+def _failure(base: str, why: str) -> Callable[..., int]:
+    """The scheduler-side step of a failed call: mark the step failed, let go of what it
+    holds, return how many calls wait.
+
+    Examples
+    --------
+    >>> class Scheduler:
+    ...     task_metadata = {"step": {"held": {3: {"u": "k3"}}}}
+    ...     clients = {}
+    >>> s = Scheduler()
+    >>> _failure("step", "boom")(dask_scheduler=s), s.task_metadata
+    (1, {'step': {'held': {}, 'failed': 'boom'}})
+    """
+
+    holder = _holder(base)
+
+    def mark(dask_scheduler: Any = None) -> int:
         step = dask_scheduler.task_metadata.setdefault(base, {})
-        waiting = list(step.get("clients", []))
+        held = step.get("held", {})
+        keys = [k for ks in held.values() for k in ks.values()]
+        if keys and holder in dask_scheduler.clients:
+            dask_scheduler.client_releases_keys(keys=keys, client=holder)
         step["failed"] = why
-        step["clients"] = []
-        return waiting
+        step["held"] = {}
+        return len(held)
 
     return mark
 
@@ -254,6 +298,4 @@ def fail(base: str, client_id: int, error: BaseException, scheduler: str | None 
     why = f"client {client_id} failed: {type(error).__name__}: {error}"
     waiting = client.run_on_scheduler(_failure(base, why))
     out = Queue(f"{base}:out", client=client)
-    _each(out.put, [RuntimeError(f"{base}: the step cannot be written: {why}")] * len(waiting))
-    _each(client.unpublish_dataset,
-          [n for n in client.list_datasets() if str(n).startswith(f"{base}:")])  # fmt: skip
+    _each(out.put, [RuntimeError(f"{base}: the step cannot be written: {why}")] * waiting)

@@ -64,3 +64,11 @@ def capture_or_fail(target, rank, clients, bad_rank):
             raise ValueError(f"rank {rank} diverged")
         u[rank * 10 : (rank + 1) * 10] = 1.0
     return f.checkpoint
+
+
+def make_nowait_save(target, clients):
+    @orc.output_stage(target=target, clients=clients, stripe_bytes=4096, wait=False)
+    def save(step, rank):
+        return {"u": (np.arange(rank * 10, rank * 10 + 10), np.full(10, float(rank)))}
+
+    return save
