@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .policies import Policy, policies, schedule
     from .replicas import IntervalStats, ReplicaSets, assign, interval_stats, replica_sets
     from .simulate import Simulation, simulate
-    from .stage import StageResult, open_datasets, verify, write_stage
+    from .stage import StageResult, WriteOptions, open_datasets, verify, write_stage
     from .transfers import TransferSet
 
 # The public names load on first use (PEP 562): a worker process that only
@@ -63,17 +63,29 @@ _LAZY = {
     "cluster": ("IOCluster", "connect", "local_cluster"),
     "contributions": ("Contribution", "DatasetSpec"),
     "cost": ("PRESETS", "CostModel", "get_cost_model"),
-    "errors": ("CaptureError", "CheckpointError", "ClusterError", "ContributionError",
-               "CostModelError", "InputError", "OrchestratorError", "PlanError", "PolicyError",
-               "ReplicaError", "StageError", "StorageError", "TransferSetError"),
+    "errors": (
+        "CaptureError",
+        "CheckpointError",
+        "ClusterError",
+        "ContributionError",
+        "CostModelError",
+        "InputError",
+        "OrchestratorError",
+        "PlanError",
+        "PolicyError",
+        "ReplicaError",
+        "StageError",
+        "StorageError",
+        "TransferSetError",
+    ),
     "intercept": ("OutputStage", "output_stage", "set_default_cluster"),
     "plan": ("Plan", "Units", "lower_bound"),
     "policies": ("Policy", "policies", "schedule"),
     "replicas": ("IntervalStats", "ReplicaSets", "assign", "interval_stats", "replica_sets"),
     "simulate": ("Simulation", "simulate"),
-    "stage": ("StageResult", "open_datasets", "verify", "write_stage"),
+    "stage": ("StageResult", "WriteOptions", "open_datasets", "verify", "write_stage"),
     "transfers": ("TransferSet",),
-}  # fmt: skip
+}
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
 
@@ -137,6 +149,7 @@ __all__ = [
     "TransferSet",
     "TransferSetError",
     "Units",
+    "WriteOptions",
     "__version__",
     "assign",
     "capture",

@@ -27,7 +27,8 @@ import numpy as np
 
 from . import defaults
 from .checkpoint import Checkpoint
-from .contributions import Contribution, DatasetSpec
+from .contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
+from .engine.options import WriteOptions
 from .errors import CaptureError
 
 __all__ = ["CaptureError", "CapturedDataset", "CapturedFile", "capture"]
@@ -138,7 +139,11 @@ class CapturedDataset:
         if not np.can_cast(v.dtype, self.dtype, casting="same_kind"):
             raise CaptureError(f"{self.name}: cannot store {v.dtype} values in {self.dtype}")
         self._rows.append(rows)
-        self._values.append(np.array(v, dtype=self.dtype))  # a copy: the caller may reuse it
+        try:  # every value kept, or an error now: h5py would wrap 1000 into int8 as -24
+            exact = cast_exactly(v, self.dtype, f"{self.name}[{_describe_key(key)}] = ...")
+        except ContributionError as err:
+            raise CaptureError(str(err)) from None
+        self._values.append(np.array(exact))  # a copy: the caller may reuse it
 
     def __getitem__(self, key: Any) -> Any:
         raise CaptureError(
@@ -298,7 +303,8 @@ def capture(
     cluster, scheduler
         As for :func:`~orchestrator.output_stage`.
     **stage_options
-        ``policy``, ``strategy``, ``stripe_bytes``, ``n_ionodes``.
+        Fields of :class:`~orchestrator.engine.options.WriteOptions` (``policy``,
+        ``strategy``, ``stripe_bytes``, ``n_ionodes``, …) or options of the policy.
 
     Examples
     --------
@@ -326,8 +332,9 @@ def capture(
                 raise cause
 
             failed.__name__ = failed.__qualname__ = name
-            opts = StageOptions(target=escaped, clients=clients, cluster=cluster,
-                                scheduler=scheduler)  # fmt: skip
+            opts = StageOptions(
+                target=escaped, clients=clients, cluster=cluster, scheduler=scheduler
+            )
             try:
                 OutputStage(failed, opts)(0, client)
             except BaseException:
@@ -339,12 +346,18 @@ def capture(
     unwritten = [n for n in specs if n not in cons]
     if unwritten and clients == 1:
         raise CaptureError(f"capture({f.filename!r}): dataset(s) {unwritten} were never written")
+    write = WriteOptions(
+        format=format, allow_missing=True, overwrite=overwrite, attrs=f.all_attrs()
+    )
     opts = StageOptions(
-        target=escaped, clients=clients,
-        format=format, allow_missing=True, overwrite=overwrite, cluster=cluster,
-        scheduler=scheduler, shapes={n: s.shape for n, s in specs.items()},
-        dtypes={n: s.dtype.str for n, s in specs.items()}, attrs=f.all_attrs(), **stage_options,
-    )  # fmt: skip
+        target=escaped,
+        clients=clients,
+        write=write.updated(**stage_options),
+        cluster=cluster,
+        scheduler=scheduler,
+        shapes={n: s.shape for n, s in specs.items()},
+        dtypes={n: s.dtype.str for n, s in specs.items()},
+    )
 
     def record(step: int, client: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return {n: (c.rows, c.values) for n, c in cons.items()}

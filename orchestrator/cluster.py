@@ -194,13 +194,25 @@ class IOCluster:
 
         n_io = self.n_ionodes
         size = max(1, nbytes // (n_io * pieces))
-        blobs = [[self.client.submit(np.ones, size, np.uint8, pure=False,
-                                     workers=[self.compute_worker(s * pieces + j)])
-                  for j in range(pieces)] for s in range(n_io)]  # fmt: skip
+        blobs = [
+            [
+                self.client.submit(
+                    np.ones,
+                    size,
+                    np.uint8,
+                    pure=False,
+                    workers=[self.compute_worker(s * pieces + j)],
+                )
+                for j in range(pieces)
+            ]
+            for s in range(n_io)
+        ]
         wait([b for bs in blobs for b in bs])
         t0 = time.perf_counter()
-        sinks = [self.client.submit(_total_nbytes, *bs, workers=[self.ionodes[s]], pure=False)
-                 for s, bs in enumerate(blobs)]  # fmt: skip
+        sinks = [
+            self.client.submit(_total_nbytes, *bs, workers=[self.ionodes[s]], pure=False)
+            for s, bs in enumerate(blobs)
+        ]
         moved = sum(self.client.gather(sinks))
         seconds = time.perf_counter() - t0
         self.release([*sinks, *(b for bs in blobs for b in bs)])
@@ -290,8 +302,12 @@ def local_cluster(
     except Exception:
         cluster.close()
         raise
-    log.info("embedded cluster at %s: %d I/O, %d compute workers", cluster.scheduler_address,
-             n_ionodes, n_compute)  # fmt: skip
+    log.info(
+        "embedded cluster at %s: %d I/O, %d compute workers",
+        cluster.scheduler_address,
+        n_ionodes,
+        n_compute,
+    )
     return IOCluster(client, found[0], found[1], _owned=cluster)
 
 

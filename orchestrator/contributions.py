@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,14 @@ import numpy.typing as npt
 
 from .errors import ContributionError
 
-__all__ = ["Contribution", "ContributionError", "DatasetSpec", "Holdings", "gather"]
+__all__ = [
+    "Contribution",
+    "ContributionError",
+    "DatasetSpec",
+    "Holdings",
+    "cast_exactly",
+    "gather",
+]
 
 
 @dataclass(frozen=True)
@@ -31,9 +39,17 @@ class DatasetSpec:
     fill_value: Any = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name or "/" in self.name.strip("/"):
+        name = self.name
+        if not isinstance(name, str) or not name or "/" in name.strip("/"):
+            raise ContributionError(f"dataset name must be a non-empty plain name, got {name!r}")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+            # NUL ends a name in HDF5's C API; other control characters break listings
             raise ContributionError(
-                f"dataset name must be a non-empty plain name, got {self.name!r}"
+                f"dataset name {name!r} holds a control character (NUL, tab, …)"
+            )
+        if name.strip("/") in (".", "..") or name.strip("/").startswith("__"):
+            raise ContributionError(
+                f"dataset name {name!r} is reserved (., .. and names starting with __ in Zarr)"
             )
         shape = tuple(int(x) for x in self.shape)
         if len(shape) < 1 or any(x < 0 for x in shape) or shape[0] < 1:
@@ -237,6 +253,57 @@ def gather(
     if unique:
         _check_replicas_agree(spec, contributions, h)
     return h
+
+
+def cast_exactly(values: Any, dtype: Any, what: str) -> npt.NDArray[Any]:
+    """``values`` as ``dtype``, or an error naming the first value the cast would change.
+
+    A cast NumPy calls safe is done as is. Any other must keep every value:
+    into an integer type a value must be a whole number within its range (no
+    wrap-around, no cut-off fraction, no NaN); into a float type a finite value
+    must stay finite (rounding to the nearer float is allowed, as h5py and
+    zarr do; overflow to infinity is not); a complex value going into a real
+    type must have no imaginary part.
+
+    Examples
+    --------
+    >>> cast_exactly(np.array([1, 100]), "i1", "u").tolist()
+    [1, 100]
+    >>> cast_exactly(np.array([1, 1000]), "i1", "u")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.ContributionError: u: value 1000 does not fit dtype int8 (it would ...
+    """
+    v = np.asarray(values)
+    dtype = np.dtype(dtype)
+    if np.can_cast(v.dtype, dtype, casting="safe"):
+        return v.astype(dtype, copy=False)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ComplexWarning: judged below, value by value
+        out = v.astype(dtype)
+        if dtype.kind in "iub":
+            bad = out.astype(v.dtype) != v
+            if v.dtype.kind in "fc":
+                bad |= ~np.isfinite(v)
+            if dtype.kind in "iu" and v.dtype.kind in "iuf":
+                # the round trip alone misses uint64 max -> -1 -> uint64 max
+                info = np.iinfo(dtype)
+                bad |= (v < info.min) | (v > info.max)
+        elif dtype.kind in "fc":  # rounding is allowed, overflow to infinity is not
+            bad = ~np.isfinite(out)
+            if v.dtype.kind in "fc":
+                bad &= np.isfinite(v)
+        else:
+            bad = np.zeros(v.shape, dtype=bool)
+        if v.dtype.kind == "c" and dtype.kind != "c":
+            bad |= v.imag != 0
+    if bad.any():
+        i = np.unravel_index(int(np.flatnonzero(bad.reshape(-1))[0]), bad.shape)
+        raise ContributionError(
+            f"{what}: value {v[i].item()!r} does not fit dtype {dtype} "
+            f"(it would be stored as {out[i].item()!r})"
+        )
+    return out
 
 
 def _check_one(spec: DatasetSpec, con: Contribution) -> None:

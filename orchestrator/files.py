@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "fsync_path", "fsync_tree", "remove_path"]
+__all__ = [
+    "atomic_path",
+    "fsync_path",
+    "fsync_tree",
+    "private_file",
+    "remove_path",
+    "umask",
+]
 
 
 @contextmanager
@@ -28,12 +36,54 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     'a,b\\n'
     """
     path = Path(path)
-    tmp = path.parent / f".{path.stem}.tmp-{os.getpid()}{path.suffix}"
+    # created here, exclusively, under a name no one can guess: a symlink planted at a
+    # predictable name would make the writer follow it out of the folder
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix)
+    os.close(fd)
+    tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~umask())  # a new file's usual mode, not mkstemp's 0600
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def private_file(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> Path:
+    """A new empty file in ``directory`` that this call created (``O_EXCL``, mode 0600).
+
+    Its name is random: no symlink planted beforehand can stand in for it.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> p = private_file(tempfile.mkdtemp(), ".probe-", ".bin")
+    >>> p.stat().st_size, oct(p.stat().st_mode & 0o777)
+    (0, '0o600')
+    """
+    fd, name = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
+def umask() -> int:
+    """This process's umask, read without changing it (Linux), else by setting it back.
+
+    Examples
+    --------
+    >>> 0 <= umask() <= 0o777
+    True
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # not thread-safe: only where /proc says nothing
+    os.umask(mask)
+    return mask
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:

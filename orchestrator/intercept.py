@@ -44,6 +44,7 @@ import numpy as np
 from . import defaults
 from .checkpoint import Checkpoint
 from .contributions import Contribution, ContributionError, DatasetSpec
+from .engine.options import WriteOptions
 from .storage import get_backend
 
 __all__ = ["OutputStage", "StageOptions", "output_stage", "set_default_cluster"]
@@ -58,21 +59,14 @@ class StageOptions:
 
     target: str
     clients: int | None = None
-    format: str = defaults.FORMAT
-    policy: str = defaults.POLICY
-    strategy: str = defaults.STRATEGY
-    stripe_bytes: int = defaults.STRIPE_BYTES
-    assignment: str = "owner"
+    #: how each step is written (format, policy, layout, overwrite, …)
+    write: WriteOptions = field(default_factory=WriteOptions)
     step: str | None = "step"
     client: str | None = None
     shapes: Mapping[str, tuple[int, ...]] | None = None
-    allow_missing: bool = False
-    overwrite: bool = False
     scheduler: str | None = None
-    n_ionodes: int = 4
     cluster: Any = field(default=None, compare=False)
     dtypes: Mapping[str, str] | None = None
-    attrs: Mapping[str, Mapping[str, Any]] | None = None
     wait: bool = True
 
     def path(self, step: Any, name: str) -> Path:
@@ -83,13 +77,67 @@ class StageOptions:
         >>> StageOptions(target="ckpt/{name}-{step:03d}.h5").path(7, "save")
         PosixPath('ckpt/save-007.h5')
         """
+        return render_target(self.target, step=step, name=name)
+
+
+def render_target(template: str, **values: Any) -> Path:
+    """``template`` with its fields filled in, confined to the folder the template names.
+
+    Only plain fields of ``values`` may appear (``{step}``, ``{step:03d}``,
+    ``{step!r}``), never attributes or items (``{step.__class__}``), and a
+    value may not render as a path separator, NUL, ``.`` or ``..``: whatever
+    a step key holds, the target stays where the template puts it.
+
+    Examples
+    --------
+    >>> render_target("ckpt/{name}-{step:03d}.h5", step=7, name="save")
+    PosixPath('ckpt/save-007.h5')
+    >>> render_target("ckpt/{step}.h5", step="../../etc/x", name="save")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.ContributionError: target 'ckpt/{step}.h5': step '../../etc/x' ...
+    """
+    import string
+
+    def bad(why: str) -> ContributionError:
+        return ContributionError(f"target {template!r}: {why}")
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise bad(f"cannot be parsed ({err})") from None
+    rendered = []
+    for literal, key, spec, conversion in parsed:
+        rendered.append(literal)
+        if key is None:
+            continue
+        if key not in values:
+            raise bad(
+                f"field {{{key}}}: only the plain fields "
+                + ", ".join(f"{{{k}}}" for k in values)
+                + " may be used"
+            )
+        value = values[key]
         try:
-            return Path(self.target.format(step=step, name=name))
-        except (KeyError, IndexError, ValueError) as err:
-            raise ContributionError(
-                f"target {self.target!r}: cannot fill it in ({err!r}); use the fields "
-                "{step} and {name}"
-            ) from None
+            convert: dict[str, Callable[[Any], str]] = {"r": repr, "s": str, "a": ascii}
+            shown = convert[conversion](value) if conversion else value
+            text = format(shown, spec or "")
+        except (ValueError, TypeError, KeyError) as err:
+            raise bad(f"{key} {value!r} cannot be formatted with {spec!r} ({err})") from None
+        if "/" in text or os.sep in text:
+            raise bad(f"{key} {value!r} renders as {text!r}, which holds a path separator")
+        if "\0" in text:
+            raise bad(f"{key} {value!r} renders as {text!r}, which holds a NUL")
+        rendered.append(text)
+    path = "".join(rendered)
+    # a field cannot add a separator (above), so the two split alike; a component that a
+    # field made "." or ".." would leave the template's folder
+    for mine, made in zip(template.split("/"), path.split("/"), strict=True):
+        keys = [k for _, k, _, _ in string.Formatter().parse(mine) if k is not None]
+        if keys and made in (".", ".."):
+            shown = ", ".join(f"{k} {values[k]!r}" for k in keys)
+            raise bad(f"{shown} makes the folder name {made!r}, which leaves its folder")
+    return Path(path)
 
 
 # ------------------------------------------------------------------ results -> contributions
@@ -142,8 +190,12 @@ def infer_spec(
 
 
 def _summary(con: Contribution) -> tuple[int, tuple[int, ...], str, int]:
-    return (con.rows.size, tuple(con.values.shape), con.values.dtype.str,
-            int(con.rows[-1]) if con.rows.size else -1)  # fmt: skip
+    return (
+        con.rows.size,
+        tuple(con.values.shape),
+        con.values.dtype.str,
+        int(con.rows[-1]) if con.rows.size else -1,
+    )
 
 
 def _run(
@@ -165,19 +217,17 @@ def _run(
         held = [next(described) if is_future(c) else c for c in contribs]
         summaries = [
             (c.rows.size, c.shape, c.dtype, int(c.rows[-1]) if c.rows.size else -1)
-            if not isinstance(c, Contribution) else _summary(c)
+            if not isinstance(c, Contribution)
+            else _summary(c)
             for c in held
-        ]  # fmt: skip
+        ]
         spec = infer_spec(ds, summaries, (opts.shapes or {}).get(ds))
         if opts.dtypes and ds in opts.dtypes:
             spec = DatasetSpec(ds, spec.shape, opts.dtypes[ds])
         datasets[ds] = (spec, held)
     target = opts.path(step, name)
     target.parent.mkdir(parents=True, exist_ok=True)
-    res = write_stage(target, datasets, format=opts.format, policy=opts.policy, cluster=cluster,
-                      stripe_bytes=opts.stripe_bytes, strategy=opts.strategy,
-                      assignment=opts.assignment, allow_missing=opts.allow_missing,
-                      overwrite=opts.overwrite, attrs=opts.attrs)  # fmt: skip
+    res = write_stage(target, datasets, opts.write, cluster=cluster)
     return Checkpoint(res.path, res.manifest, step)
 
 
@@ -305,10 +355,14 @@ class OutputStage:
                 dask_plugin.fail(base, client, err, scheduler)
                 raise
             return dask_plugin.contribute(
-                base, client, cons, opts.clients,
+                base,
+                client,
+                cons,
+                opts.clients,
                 lambda cl, futures: _run(opts, self.name, step, cl, futures),
-                scheduler=scheduler, wait=opts.wait,
-            )  # fmt: skip
+                scheduler=scheduler,
+                wait=opts.wait,
+            )
         cons = _as_contributions(self.func(*args, **kwargs), client, self.name)
         # a snapshot, as h5py's write would be: the caller may reuse its buffers before the
         # step's last call writes them
@@ -333,7 +387,7 @@ class OutputStage:
                 by_dataset.setdefault(ds, []).append(con)
         opts = self.options
         try:
-            cluster = opts.cluster or _default_cluster(opts.n_ionodes)
+            cluster = opts.cluster or _default_cluster(opts.write.n_ionodes)
             ck = _run(opts, self.name, step, cluster, by_dataset)
         except BaseException as err:
             for f in futures:
@@ -415,13 +469,27 @@ def output_stage(
 
     def wrap(f: Callable[..., Any]) -> OutputStage:
         suffix = get_backend(format).suffix  # an unknown format is an error here, at once
+        write = WriteOptions(
+            format=format,
+            policy=policy,
+            strategy=strategy,
+            stripe_bytes=stripe_bytes,
+            assignment=assignment,
+            allow_missing=allow_missing,
+            overwrite=overwrite,
+            n_ionodes=n_ionodes,
+        )
         opts = StageOptions(
-            target=target or f"{{name}}-step{{step}}{suffix}", clients=clients, format=format,
-            policy=policy, strategy=strategy, stripe_bytes=stripe_bytes, assignment=assignment,
-            step=step, client=client, shapes=shapes, allow_missing=allow_missing,
-            overwrite=overwrite, scheduler=scheduler, n_ionodes=n_ionodes, cluster=cluster,
+            target=target or f"{{name}}-step{{step}}{suffix}",
+            clients=clients,
+            write=write,
+            step=step,
+            client=client,
+            shapes=shapes,
+            scheduler=scheduler,
+            cluster=cluster,
             wait=wait,
-        )  # fmt: skip
+        )
         if clients is not None and (isinstance(clients, bool) or clients < 1):
             raise ContributionError(f"clients must be an integer >= 1, got {clients!r}")
         return OutputStage(f, opts)

@@ -22,7 +22,7 @@ from .cluster import IOCluster
 from .contributions import Contribution, DatasetSpec
 from .cost import CostModel
 from .errors import InputError
-from .files import remove_path
+from .files import private_file, remove_path
 from .stage import write_stage
 
 __all__ = [
@@ -33,8 +33,19 @@ __all__ = [
     "raw_write_bandwidth",
 ]
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 10**6,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 10**9,
+    "gib": 1 << 30,
+}
 
 
 def parse_size(text: str) -> int:
@@ -88,7 +99,7 @@ def raw_write_bandwidth(
     >>> raw_write_bandwidth(Path(tempfile.mkdtemp()), 1 << 20) > 0
     True
     """
-    path = directory / f".raw-bandwidth-{os.getpid()}.bin"
+    path = private_file(directory, ".raw-bandwidth-", ".bin")  # never a planted symlink
     if data is None:
         width = 128
         rows = np.arange(max(1, min(block, nbytes) // (8 * width)), dtype=np.float64)
@@ -97,7 +108,7 @@ def raw_write_bandwidth(
     if direct:
         return _direct_write_bandwidth(path, nbytes, block, buf)
     t0 = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
     try:
         done = 0
         while done < nbytes:
@@ -161,9 +172,17 @@ def pieces_write_seconds(
     order = np.random.default_rng(seed).permutation(size.size)
     try:
         t0 = time.perf_counter()
-        futs = [cluster.client.submit(_write_pieces, str(path), pos[order[k :: len(workers)]],
-                                      size[order[k :: len(workers)]], workers=[w], pure=False)
-                for k, w in enumerate(workers)]  # fmt: skip
+        futs = [
+            cluster.client.submit(
+                _write_pieces,
+                str(path),
+                pos[order[k :: len(workers)]],
+                size[order[k :: len(workers)]],
+                workers=[w],
+                pure=False,
+            )
+            for k, w in enumerate(workers)
+        ]
         wait(futs)
         for f in futs:
             f.result()
@@ -222,26 +241,40 @@ def calibrated_cost(
     """
     n = cluster.n_ionodes
     if directory is None:
-        return CostModel(network_bandwidth=cluster.ingest_bandwidth(nbytes) / n,
-                         disk_bandwidth=raw_bandwidth / n,
-                         network_latency=50e-6, disk_latency=50e-6, name="calibrated")  # fmt: skip
+        return CostModel(
+            network_bandwidth=cluster.ingest_bandwidth(nbytes) / n,
+            disk_bandwidth=raw_bandwidth / n,
+            network_latency=50e-6,
+            disk_latency=50e-6,
+            name="calibrated",
+        )
     width = 128
     n_rows = max(n * 2, nbytes // (width * 8))
     spec = DatasetSpec("calibration", (n_rows, width), "float64")
-    stripe = max(spec.row_bytes, min(stripe_bytes, spec.nbytes // n) // spec.row_bytes
-                 * spec.row_bytes)  # fmt: skip
+    stripe = max(
+        spec.row_bytes, min(stripe_bytes, spec.nbytes // n) // spec.row_bytes * spec.row_bytes
+    )
     # the same bytes twice: in one contiguous piece per client, then in pieces of about
     # 250 kB (not a whole number of pages, as rows of a mesh are not) dealt round-robin to
     # as many clients as a stripe holds pieces, so each unit is about one piece. The
     # difference of the two makespans is what a unit costs beyond its bytes
     timed = []
-    for clients, rows in ((2 * n, -(-n_rows // (2 * n))),
-                          (max(2 * n, stripe // CALIBRATION_PIECE),
-                           max(1, CALIBRATION_PIECE // spec.row_bytes))):  # fmt: skip
+    for clients, rows in (
+        (2 * n, -(-n_rows // (2 * n))),
+        (max(2 * n, stripe // CALIBRATION_PIECE), max(1, CALIBRATION_PIECE // spec.row_bytes)),
+    ):
         owner = (np.arange(n_rows) // rows) % clients
-        parts = [cluster.client.submit(contribution, c, np.flatnonzero(owner == c), width,
-                                       pure=False, workers=[cluster.compute_worker(c)])
-                 for c in range(clients)]  # fmt: skip
+        parts = [
+            cluster.client.submit(
+                contribution,
+                c,
+                np.flatnonzero(owner == c),
+                width,
+                pure=False,
+                workers=[cluster.compute_worker(c)],
+            )
+            for c in range(clients)
+        ]
         try:
             # the units counted are the plan's: runs cut at stripe ends, neighbours on
             # one I/O node merged (derive_transfers), not (client, stripe) pairs
@@ -257,8 +290,13 @@ def calibrated_cost(
         # their makespans to stand out of the noise: bytes only
         per_unit, bytes_time = 0.0, t_big
     rate = spec.nbytes / n / max(bytes_time, 1e-6)
-    return CostModel(network_bandwidth=rate, disk_bandwidth=max(raw_bandwidth / n, rate),
-                     network_latency=per_unit, disk_latency=0.0, name="calibrated")  # fmt: skip
+    return CostModel(
+        network_bandwidth=rate,
+        disk_bandwidth=max(raw_bandwidth / n, rate),
+        network_latency=per_unit,
+        disk_latency=0.0,
+        name="calibrated",
+    )
 
 
 #: bytes per piece of the calibration stage that measures what a unit costs
@@ -276,10 +314,17 @@ def _calibration_makespan(
             # the way a stage of this size runs (direct writes by size, as write_stage
             # decides), except Zarr: each client holds whole shards here, which would all be
             # stored by the workers holding them; a stage of interleaved rows sends them
-            res = write_stage(target, {spec.name: (spec, parts)}, policy="ecf",
-                              cluster=cluster, stripe_bytes=stripe, overwrite=True,
-                              cost="modern", format=fmt,
-                              direct=False if fmt == "zarr" else None)  # fmt: skip
+            res = write_stage(
+                target,
+                {spec.name: (spec, parts)},
+                policy="ecf",
+                cluster=cluster,
+                stripe_bytes=stripe,
+                overwrite=True,
+                cost="modern",
+                format=fmt,
+                direct=False if fmt == "zarr" else None,
+            )
             remove_path(target)
             os.sync()
             makespan, units = res.trace.makespan, res.plan.n_units

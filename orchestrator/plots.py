@@ -154,8 +154,13 @@ def sweep_plot(
     colours = plt.get_cmap("tab20").colors
     markers = "osD^vP*Xh<>p"
     for i, (name, ys) in enumerate(series.items()):
-        ax.plot(list(x), list(ys), marker=markers[i % len(markers)], label=name,
-                color=colours[(2 * i) % 20 + (i // 10) % 2])  # fmt: skip
+        ax.plot(
+            list(x),
+            list(ys),
+            marker=markers[i % len(markers)],
+            label=name,
+            color=colours[(2 * i) % 20 + (i // 10) % 2],
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -254,8 +259,15 @@ def interval_map(
     runs = [int(1 + np.count_nonzero(a[1:] != a[:-1])) if a.size else 0 for a in arrays]
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(names) + 1.4))
     cmap = plt.get_cmap("tab20" if n_writers <= 20 else "turbo", max(n_writers, 1))
-    ax.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, vmin=-0.5,
-              vmax=n_writers - 0.5, extent=(0, n, len(names) - 0.5, -0.5))  # fmt: skip
+    ax.imshow(
+        image,
+        aspect="auto",
+        interpolation="nearest",
+        cmap=cmap,
+        vmin=-0.5,
+        vmax=n_writers - 0.5,
+        extent=(0, n, len(names) - 0.5, -0.5),
+    )
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels([f"{m}: {r:,} intervals" for m, r in zip(names, runs, strict=True)])
     ax.set_xlabel(f"row (storage order){f', one column per {step} rows' if step > 1 else ''}")

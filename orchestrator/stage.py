@@ -21,19 +21,25 @@ from typing import Any
 
 import numpy as np
 
-from . import defaults
 from .assignment import assign_holdings
 from .cluster import IOCluster, local_cluster
 from .contributions import Contribution, ContributionError, DatasetSpec, gather
-from .cost import CostModel
 from .engine.commit import commit
-from .engine.dispatch import DEFAULT_WINDOW, Staged, StageError, dispatch, fill_pieces, stop
+from .engine.dispatch import Staged, StageError, dispatch, fill_pieces, stop
+from .engine.options import WriteOptions
 from .engine.trace import Trace
 from .files import remove_path
 from .layout import StripeLayout, derive_transfers
 from .plan import Plan
 from .policies import get_policy, schedule
-from .storage import MANIFEST_VERSION, StorageError, format_of, get_backend, stripe_checksum
+from .storage import (
+    MANIFEST_VERSION,
+    StorageError,
+    format_of,
+    get_backend,
+    is_checkpoint,
+    stripe_checksum,
+)
 from .transfers import TransferSet
 
 __all__ = [
@@ -41,6 +47,7 @@ __all__ = [
     "StageError",
     "StageResult",
     "Trace",
+    "WriteOptions",
     "describe",
     "open_datasets",
     "verify",
@@ -131,8 +138,10 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
         by_worker.setdefault(holders[0], []).append(i)
     # a holder not known yet (a scatter still under way): any worker, Dask fetches it
     where = {w: {"workers": [w], "allow_other_workers": True} if w else {} for w in by_worker}
-    tasks = [cl.client.submit(_describe, *(futures[i] for i in idx), pure=False, **where[w])
-             for w, idx in by_worker.items()]  # fmt: skip
+    tasks = [
+        cl.client.submit(_describe, *(futures[i] for i in idx), pure=False, **where[w])
+        for w, idx in by_worker.items()
+    ]
     got: list[Any] = [None] * len(futures)
     for idx, described in zip(by_worker.values(), cl.client.gather(tasks), strict=True):
         for i, d in zip(idx, described, strict=True):
@@ -173,13 +182,10 @@ def _localize(
 def _prepare(
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution]]],
     n_ionodes: int,
-    stripe_bytes: int,
-    strategy: str,
-    assignment: str | Mapping[str, Any],
-    unique: bool,
-    allow_missing: bool,
+    opts: WriteOptions,
     backend: Any,
 ) -> tuple[Staged, TransferSet, dict[str, np.ndarray]]:
+    assignment = opts.assignment
     specs, parts, missing = [], [], {}
     n_clients = 1 + max(c.client for _, cs in datasets.values() for c in cs)
     for name, (spec, contributions) in datasets.items():
@@ -187,12 +193,12 @@ def _prepare(
             raise ContributionError(
                 f"dataset key {name!r} differs from its spec name {spec.name!r}"
             )
-        holdings = gather(spec, contributions, unique=unique, allow_missing=allow_missing)
+        holdings = gather(spec, contributions, unique=opts.unique, allow_missing=opts.allow_missing)
         method = assignment if isinstance(assignment, str) else assignment[name]
         writer = assign_holdings(holdings, method)
-        layout = StripeLayout(n_ionodes, backend.stripe_size(spec, stripe_bytes))
+        layout = StripeLayout(n_ionodes, backend.stripe_size(spec, opts.stripe_bytes))
         specs.append(spec)
-        parts.append(derive_transfers(spec, writer, layout, strategy, n_clients=n_clients))
+        parts.append(derive_transfers(spec, writer, layout, opts.strategy, n_clients=n_clients))
         missing[name] = holdings.missing
     sizes = [len(p.transfers) for p in parts]
     first = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(int).tolist()
@@ -206,25 +212,26 @@ def _prepare(
     return Staged(specs, parts, first), cat, missing
 
 
+def _check_replaceable(target: Path, overwrite: bool) -> None:
+    """An existing target is an error, unless ``overwrite`` and it is a checkpoint."""
+    if not os.path.lexists(target):
+        return
+    if not overwrite:
+        raise StorageError(f"{target} exists; pass overwrite=True to replace it")
+    if not is_checkpoint(target):
+        raise StorageError(
+            f"{target} exists and is not a checkpoint (no format recognises it); "
+            "overwrite=True replaces checkpoints only: move or remove it yourself"
+        )
+
+
 def write_stage(
     target: str | os.PathLike[str],
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution | Described | Any]]],
-    format: str = defaults.FORMAT,
-    policy: str = defaults.POLICY,
+    options: WriteOptions | None = None,
+    *,
     cluster: IOCluster | None = None,
-    n_ionodes: int = 4,
-    stripe_bytes: int = defaults.STRIPE_BYTES,
-    strategy: str = defaults.STRATEGY,
-    assignment: str | Mapping[str, Any] = "owner",
-    unique: bool = False,
-    allow_missing: bool = False,
-    overwrite: bool = False,
-    cost: CostModel | str | None = None,
-    seed: int = 0,
-    attrs: Mapping[str, Mapping[str, Any]] | None = None,
-    window: int = DEFAULT_WINDOW,
-    direct: bool | None = None,
-    **policy_options: Any,
+    **changes: Any,
 ) -> StageResult:
     """Write contributed datasets to ``target`` through the I/O workers, in plan order.
 
@@ -236,39 +243,16 @@ def write_stage(
         ``name -> (DatasetSpec, [Contribution, ...])``; an entry may also be a
         Dask future of a Contribution living on a worker (its values are then
         never sent to this process), or a :class:`Described` one.
-    format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
-    policy : str
-        Scheduling policy (see :func:`orchestrator.policies`).
+    options : WriteOptions, optional
+        Format, policy, layout, replicas, overwrite, window, … (defaults if
+        not given).
     cluster : IOCluster, optional
-        Where to run; default: an embedded local cluster with ``n_ionodes``
-        I/O workers, started and stopped here.
-    stripe_bytes : int
-        Stripe size of the round-robin layout (Zarr rounds it to whole shards).
-    strategy : {"contiguous", "list", "two-phase"}
-        One transfer per contiguous piece; one per (client, I/O node) with a
-        list of pieces; or list transfers that the I/O node aggregates and
-        writes as contiguous runs.
-    assignment : "owner" or mapping
-        Replica resolution, or a writer array per dataset name.
-    unique, allow_missing : bool
-        See :func:`orchestrator.contributions.gather`.
-    overwrite : bool
-        Replace an existing target (otherwise it is an error).
-    attrs : mapping, optional
-        Attributes to store, ``{"": {...}}`` for the file / group and
-        ``{dataset: {...}}`` per dataset; JSON values (they are also kept in
-        the manifest).
-    window : int
-        Bytes each I/O worker may hold at once (data fetched ahead of the
-        write in progress); its memory for the stage is bounded by it.
-    direct : bool or None
-        Let workers on an I/O worker's host write their pieces into its file
-        themselves, batch by batch as that I/O worker orders them, instead
-        of sending the bytes (``"hdf5"``, ``"hdf5-vds"``, whole Zarr shards;
-        on one machine this removes the copy between processes). False sends
-        every byte to the I/O workers, as on separate machines; None (the
-        default) writes directly when the stage is large enough to gain
-        (two full batches per I/O node, a quarter of the window each).
+        Where to run; default: an embedded local cluster with
+        ``options.n_ionodes`` I/O workers, started and stopped here.
+    **changes
+        Fields of :class:`~orchestrator.engine.options.WriteOptions` to
+        change (``format="zarr"``, ``policy="ecf"``, ``overwrite=True``, …);
+        any other name is an option of the policy (``block_size=…``).
 
     Returns
     -------
@@ -294,51 +278,41 @@ def write_stage(
     >>> parts = [Contribution(0, [0, 1, 2, 3, 4], np.arange(5.0)),
     ...          Contribution(1, [4, 5, 6, 7], np.arange(4.0, 8.0))]
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "ckpt.h5"
-    >>> res = write_stage(out, {"u": (spec, parts)}, n_ionodes=2, stripe_bytes=16)  # doctest: +SKIP
+    >>> opts = WriteOptions(n_ionodes=2, stripe_bytes=16)
+    >>> res = write_stage(out, {"u": (spec, parts)}, opts)  # doctest: +SKIP
     >>> verify(out)  # doctest: +SKIP
     []
     """
     t_start = time.perf_counter()
     target = Path(target)
-    backend = get_backend(format)
-    if os.path.lexists(target) and not overwrite:
-        raise StorageError(f"{target} exists; pass overwrite=True to replace it")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise StageError(f"window must be a positive number of bytes, got {window!r}")
-    if direct is not None and not isinstance(direct, bool):
-        raise StageError(f"direct must be True, False or None, got {direct!r}")
+    opts = (options or WriteOptions()).updated(**changes) if changes else options or WriteOptions()
+    backend = get_backend(opts.format)
+    _check_replaceable(target, opts.overwrite)
     if not target.parent.is_dir():
         raise StorageError(f"directory {target.parent} does not exist")
     if not os.access(target.parent, os.W_OK):
         raise StorageError(f"directory {target.parent} is not writable")
-    if attrs:
-        import json
-
-        for where in attrs:
-            if where and where not in datasets:
-                raise ContributionError(
-                    f"attrs: {where!r} is not a dataset of this stage ({sorted(datasets)})"
-                )
-        try:
-            json.dumps(attrs)
-        except TypeError as err:
-            raise ContributionError(f"attrs must hold JSON values: {err}") from None
+    for where in opts.attrs or {}:
+        if where and where not in datasets:
+            raise ContributionError(
+                f"attrs: {where!r} is not a dataset of this stage ({sorted(datasets)})"
+            )
     own = cluster is None
-    cl = local_cluster(n_ionodes=n_ionodes, n_compute=2) if cluster is None else cluster
+    cl = local_cluster(n_ionodes=opts.n_ionodes, n_compute=2) if cluster is None else cluster
     if not own:
         cl.refresh()  # a worker restarted since the last stage has a new address
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
     try:
-        datasets, remote = _localize(cl, datasets, unique)
+        datasets, remote = _localize(cl, datasets, opts.unique)
         clock = _Clock()
-        staged, transfers, missing = _prepare(
-            datasets, cl.n_ionodes, stripe_bytes, strategy, assignment, unique, allow_missing,
-            backend,
-        )  # fmt: skip
-        if get_policy(policy).default_block_size is not None and "block_size" not in policy_options:
-            policy_options["block_size"] = max(min(p.layout.stripe_bytes for p in staged.parts), 1)
+        staged, transfers, missing = _prepare(datasets, cl.n_ionodes, opts, backend)
+        policy_options = dict(opts.policy_options)
+        if get_policy(opts.policy).default_block_size is not None:
+            # the policy's blocks default to the smallest stripe of the stage
+            block = max(min(p.layout.stripe_bytes for p in staged.parts), 1)
+            policy_options.setdefault("block_size", block)
         clock.lap("prepare")
-        plan = schedule(transfers, policy, cost=cost, seed=seed, **policy_options)
+        plan = schedule(transfers, opts.policy, cost=opts.cost, seed=opts.seed, **policy_options)
         clock.lap("plan")
         info = backend.create(tmp, staged.specs, [p.layout for p in staged.parts])
         info["token"] = tmp.name
@@ -350,15 +324,26 @@ def write_stage(
                 backend.fill(info, spec, missing[spec.name])
                 fills += fill_pieces(d, spec, part.layout.stripe_bytes, missing[spec.name])
         clock.lap("create")
-        trace, sums = dispatch(cl, backend.name, info, staged, plan, datasets, remote,
-                               aggregate=strategy == "two-phase", fills=fills,
-                               window=window, direct=direct)  # fmt: skip
+        trace, sums = dispatch(
+            cl,
+            backend.name,
+            info,
+            staged,
+            plan,
+            datasets,
+            remote,
+            aggregate=opts.strategy == "two-phase",
+            fills=fills,
+            window=opts.window,
+            direct=opts.direct,
+        )
         clock.lap("dispatch")
-        manifest = _manifest(backend.name, staged, plan, trace, sums, policy, strategy)
-        if attrs:
-            manifest["attrs"] = {str(k): dict(v) for k, v in attrs.items()}
+        manifest = _manifest(backend.name, staged, plan, trace, sums, opts.policy, opts.strategy)
+        if opts.attrs:
+            manifest["attrs"] = {str(k): dict(v) for k, v in opts.attrs.items()}
         backend.finish(tmp, manifest)
-        commit(tmp, target, overwrite)  # renamed over an old target, never deleting it first
+        _check_replaceable(target, opts.overwrite)  # again: it may have changed meanwhile
+        commit(tmp, target, opts.overwrite)  # renamed over an old target, never deleting it first
         clock.lap("commit")
     except BaseException:
         # remove first: under a batch system SIGKILL follows SIGTERM within
@@ -372,8 +357,14 @@ def write_stage(
             cl.close()
     seconds = time.perf_counter() - t_start
     phases = ", ".join(f"{k} {v:.3f} s" for k, v in clock.laps.items())
-    log.info("stage %s: %.3f s (started at %.2f), %s, realized makespan %.3f s", target, seconds,
-             time.time() - seconds, phases, trace.makespan)  # fmt: skip
+    log.info(
+        "stage %s: %.3f s (started at %.2f), %s, realized makespan %.3f s",
+        target,
+        seconds,
+        time.time() - seconds,
+        phases,
+        trace.makespan,
+    )
     return StageResult(target, manifest, plan, trace, seconds, clock.laps)
 
 
@@ -390,8 +381,15 @@ class _Clock:
         self.t = now
 
 
-def _manifest(fmt: str, staged: Staged, plan: Plan, trace: Trace, sums: dict[str, str],
-              policy: str, strategy: str) -> dict[str, Any]:  # fmt: skip
+def _manifest(
+    fmt: str,
+    staged: Staged,
+    plan: Plan,
+    trace: Trace,
+    sums: dict[str, str],
+    policy: str,
+    strategy: str,
+) -> dict[str, Any]:
     return {
         "version": MANIFEST_VERSION,
         "format": fmt,
@@ -403,9 +401,9 @@ def _manifest(fmt: str, staged: Staged, plan: Plan, trace: Trace, sums: dict[str
                 "n_ionodes": part.layout.n_ionodes,
                 "pieces": part.n_pieces,
                 "checksums": {
-                    k.split(":", 1)[1]: v
+                    k.rsplit(":", 1)[1]: v
                     for k, v in sums.items()
-                    if k.split(":", 1)[0] == spec.name
+                    if k.rsplit(":", 1)[0] == spec.name
                 },
             }
             for spec, part in zip(staged.specs, staged.parts, strict=True)

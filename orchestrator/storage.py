@@ -31,6 +31,7 @@ __all__ = [
     "fold_crc32",
     "format_of",
     "get_backend",
+    "is_checkpoint",
     "register_backend",
     "stripe_checksum",
     "stripe_meta",
@@ -151,8 +152,9 @@ class PieceChecksums:
             at = start
             for off, n, _ in pieces:
                 if off != at:
-                    raise StorageError(f"{name}: stripe at byte {start} has a gap or an "
-                                       f"overlap at byte {at}")  # fmt: skip
+                    raise StorageError(
+                        f"{name}: stripe at byte {start} has a gap or an overlap at byte {at}"
+                    )
                 at += n
             value = fold_crc32([p[2] for p in pieces], [p[1] for p in pieces])
             out[(name, start)] = f"{value:08x}"
@@ -289,9 +291,9 @@ class WholeStripeWriter(Writer):
         for name, k in list(self.buffers):
             self._store(name, k, self.buffers.pop((name, k))[0])
 
-    def store_whole(self, pieces: Sequence[tuple[str, int, memoryview]]) -> tuple[
-        dict[tuple[str, int], str], list[bool]
-    ]:  # fmt: skip
+    def store_whole(
+        self, pieces: Sequence[tuple[str, int, memoryview]]
+    ) -> tuple[dict[tuple[str, int], str], list[bool]]:
         """On a source (direct writes): store every stripe these pieces cover whole.
 
         Returns the checksums of the stripes stored, and for each piece
@@ -466,8 +468,9 @@ def register_backend(name: str, backend: str | type[Backend], replace: bool = Fa
     if not (isinstance(backend, str) and ":" in backend) and not (
         isinstance(backend, type) and issubclass(backend, Backend)
     ):
-        raise StorageError(f"format {name!r}: need a Backend subclass or 'module:Class', "
-                           f"got {backend!r}")  # fmt: skip
+        raise StorageError(
+            f"format {name!r}: need a Backend subclass or 'module:Class', got {backend!r}"
+        )
     _entry_points()
     if name in _BACKENDS and not replace:
         raise StorageError(f"a format named {name!r} is registered already")
@@ -555,6 +558,28 @@ def _guess(backend: Backend, path: Path) -> bool:
         return bool(backend.guess_can_open(path))
     except Exception:  # a third party's guess that fails is a no
         return False
+
+
+def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether some registered format recognises ``path`` as one of its targets.
+
+    Only such a target may be replaced by a stage with ``overwrite=True``: a
+    folder of the user's files, or any file no format claims, never is.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> is_checkpoint(tempfile.mkdtemp())
+    False
+    """
+    path = Path(path)
+    if path.is_symlink() or not (path.is_file() or path.is_dir()):
+        return False
+    for name in backend_names():
+        backend = _guesser(name)
+        if backend is not None and _guess(backend, path):
+            return True
+    return False
 
 
 def format_of(path: str | os.PathLike[str]) -> str:

@@ -154,8 +154,10 @@ def contribute(
             ionodes, compute = discover_workers(client)
             result = run_stage(IOCluster(client, ionodes, compute), futures)
         except BaseException as err:  # every waiting call must learn of the failure
-            _each(out.put, [RuntimeError(f"{base}: the stage failed: {err}")]
-                  * (n_clients - 1 if wait else 0))  # fmt: skip
+            _each(
+                out.put,
+                [RuntimeError(f"{base}: the stage failed: {err}")] * (n_clients - 1 if wait else 0),
+            )
             raise
         else:
             _each(out.put, [result] * (n_clients - 1 if wait else 0))

@@ -150,11 +150,17 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime=INFINITE Stat
         logs = self.root / "log"
         self._spawn(
             "munged",
-            [self._exe("munged"), "-F", f"--socket={mdir}/munge.socket",
-             f"--pid-file={mdir}/munged.pid", f"--log-file={mdir}/munged.log",
-             f"--seed-file={mdir}/munged.seed"],
-            logs / "munged.out", user="munge",
-        )  # fmt: skip
+            [
+                self._exe("munged"),
+                "-F",
+                f"--socket={mdir}/munge.socket",
+                f"--pid-file={mdir}/munged.pid",
+                f"--log-file={mdir}/munged.log",
+                f"--seed-file={mdir}/munged.seed",
+            ],
+            logs / "munged.out",
+            user="munge",
+        )
         self._wait(lambda: (mdir / "munge.socket").exists(), 10, "munged socket")
         self._spawn("slurmctld", [self._exe("slurmctld"), "-D"], logs / "slurmctld.out")
         self._spawn("slurmd", [self._exe("slurmd"), "-D", "-N", "localhost"], logs / "slurmd.out")
@@ -167,9 +173,14 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime=INFINITE Stat
     def _spawn(self, name: str, argv: list[str], log: Path, user: str | None = None) -> None:
         with open(log, "wb") as out:
             self.procs[name] = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, user=user,
-                group=user, start_new_session=True,
-            )  # fmt: skip
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                user=user,
+                group=user,
+                start_new_session=True,
+            )
 
     def _wait(self, ok, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout
@@ -188,8 +199,9 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime=INFINITE Stat
 
     def run(self, argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
         """Run a Slurm command against this cluster."""
-        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check,
-                              timeout=60, **kw)  # fmt: skip
+        return subprocess.run(
+            argv, env=self.env, capture_output=True, text=True, check=check, timeout=60, **kw
+        )
 
     def logs(self, tail: int = 20) -> str:
         """The last lines of every daemon's log, for failure messages."""

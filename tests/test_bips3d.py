@@ -55,8 +55,10 @@ def test_decision_rule_follows_figure_7_and_can_be_overridden():
     myrinet, fast_ethernet = 1.28e9 / 8, 100e6 / 8
     assert [r.choose(69_999, load, myrinet) for load in (89, 90)] == ["two-phase", "list"]
     assert [r.choose(70_000, load, myrinet) for load in (49, 50, 89)] == [
-        "two-phase", "list", "list"
-    ]  # fmt: skip
+        "two-phase",
+        "list",
+        "list",
+    ]
     assert {r.choose(n, load, fast_ethernet) for n in (1000, 10**6) for load in (1, 500)} == {
         "list"
     }
@@ -78,8 +80,17 @@ def test_every_method_and_strategy_writes_every_row_correctly(
     cluster, case, tmp_path, fmt, strategy, method
 ):
     target = tmp_path / f"dump.{'zarr' if fmt == 'zarr' else 'h5'}"
-    res = dump(case, cluster, target, load=7, method=method, strategy=strategy, format=fmt,
-               stripe_bytes=16 << 10, seed=2)  # fmt: skip
+    res = dump(
+        case,
+        cluster,
+        target,
+        load=7,
+        method=method,
+        strategy=strategy,
+        format=fmt,
+        stripe_bytes=16 << 10,
+        seed=2,
+    )
     assert np.array_equal(read_all(target), expected_values(np.arange(case.n_nodes), 7))
     assert res.strategy == strategy
     if strategy == "sequential":
@@ -98,8 +109,18 @@ def test_every_method_and_strategy_writes_every_row_correctly(
 def test_idg_gives_fewer_pieces_than_metis_on_the_same_dump(cluster, tmp_path):
     case = load_case(nodes=6000, parts=8, halo=2, seed=1)
     parts = make_contributions(case, 4, cluster)
-    got = {m: dump(case, cluster, tmp_path / f"{m}.h5", load=4, method=m, strategy="list",
-                   contributions=parts) for m in ("metis", "idg")}  # fmt: skip
+    got = {
+        m: dump(
+            case,
+            cluster,
+            tmp_path / f"{m}.h5",
+            load=4,
+            method=m,
+            strategy="list",
+            contributions=parts,
+        )
+        for m in ("metis", "idg")
+    }
     assert got["idg"].stats.total_intervals < got["metis"].stats.total_intervals
     assert got["idg"].pieces < got["metis"].pieces
     for m in got:
@@ -119,8 +140,16 @@ def test_auto_uses_the_cost_models_network(cluster, case, tmp_path):
 def test_the_real_mesh_with_its_own_partition(cluster, tmp_path):
     case = load_case(DATA / "mesh.graph", parts=8)  # uses mesh.graph.part.8 beside it
     assert (case.n_nodes, case.n_parts) == (32888, 8)
-    res = dump(case, cluster, tmp_path / "mesh2.zarr", load=3, method="idg", format="zarr",
-               strategy="list", stripe_bytes=64 << 10)  # fmt: skip
+    res = dump(
+        case,
+        cluster,
+        tmp_path / "mesh2.zarr",
+        load=3,
+        method="idg",
+        format="zarr",
+        strategy="list",
+        stripe_bytes=64 << 10,
+    )
     assert res.stats.intervals_per_writer == pytest.approx(103.6, abs=0.05)
     assert verify_dump(tmp_path / "mesh2.zarr", 3) == 32888
 
@@ -169,9 +198,30 @@ def test_load_case_inputs(tmp_path):
 
 def test_iorch_run_bips3d_end_to_end(tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run([IORCH, "run", "bips3d", "--nodes", "3000", "--parts", "4", "--load", "8",
-                        "--repeat", "1", "--ionodes", "2", "--format", "zarr", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    p = subprocess.run(
+        [
+            IORCH,
+            "run",
+            "bips3d",
+            "--nodes",
+            "3000",
+            "--parts",
+            "4",
+            "--load",
+            "8",
+            "--repeat",
+            "1",
+            "--ionodes",
+            "2",
+            "--format",
+            "zarr",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     for m in ("metis", "random", "first", "idg"):
         assert f"│ {m:>10} │" in p.stdout
@@ -184,8 +234,12 @@ def test_iorch_run_bips3d_end_to_end(tmp_path):
 
 
 def test_iorch_run_bips3d_rejects_bad_options(tmp_path):
-    p = subprocess.run([IORCH, "run", "bips3d", "--nodes", "100", "--assign", "idg,best",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [IORCH, "run", "bips3d", "--nodes", "100", "--assign", "idg,best", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "--assign: unknown method 'best'" in p.stderr
     assert not any(tmp_path.iterdir())
 

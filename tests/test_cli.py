@@ -25,8 +25,9 @@ def test_workload_then_schedule_writes_plan_and_gantt(tmp_path):
     t = tmp_path / "t.csv"
     run("workload", "bidding", "--out", str(t), "--ionodes", "8", "--busy", "0.25", "--seed", "1")
     out, png = tmp_path / "plan.csv", tmp_path / "plan.png"
-    p = run("schedule", "--transfers", str(t), "--policy", "ecf", "--out", str(out),
-            "--gantt", str(png))  # fmt: skip
+    p = run(
+        "schedule", "--transfers", str(t), "--policy", "ecf", "--out", str(out), "--gantt", str(png)
+    )
     assert "makespan" in p.stdout and "lower_bound" in p.stdout
     with open(out) as fh:
         rows = list(csv.DictReader(fh))
@@ -90,8 +91,16 @@ def test_outputs_are_both_written_or_neither(tmp_path):
     t = tmp_path / "t.csv"
     t.write_text("client,ionode,nbytes\n0,0,3\n1,0,4\n")
     out = tmp_path / "plan.csv"
-    p = run("schedule", "--transfers", str(t), "--out", str(out),
-            "--gantt", str(tmp_path / "missing-dir" / "g.png"), check=False)  # fmt: skip
+    p = run(
+        "schedule",
+        "--transfers",
+        str(t),
+        "--out",
+        str(out),
+        "--gantt",
+        str(tmp_path / "missing-dir" / "g.png"),
+        check=False,
+    )
     assert p.returncode == 2 and "missing-dir" in p.stderr
     assert not out.exists() and sorted(x.name for x in tmp_path.iterdir()) == ["t.csv"]
 
@@ -136,9 +145,21 @@ def test_schedule_split_opt_with_options_writes_pieces_with_offsets(tmp_path):
     t.write_text("client,ionode,nbytes\n1,2,1000\n1,0,3000\n2,0,4000\n1,1,4000\n2,2,4000\n")
     (tmp_path / "unit.json").write_text('{"network_bandwidth": 1, "disk_bandwidth": 1}')
     out = tmp_path / "plan.csv"
-    run("schedule", "--transfers", str(t), "--policy", "split-opt", "--cost",
-        str(tmp_path / "unit.json"), "--option", "min_piece=1", "--option", "align=500",
-        "--out", str(out))  # fmt: skip
+    run(
+        "schedule",
+        "--transfers",
+        str(t),
+        "--policy",
+        "split-opt",
+        "--cost",
+        str(tmp_path / "unit.json"),
+        "--option",
+        "min_piece=1",
+        "--option",
+        "align=500",
+        "--out",
+        str(out),
+    )
     with open(out) as fh:
         rows = list(csv.DictReader(fh))
     assert "offset" in rows[0]
@@ -155,8 +176,17 @@ def test_bench_rejects_zero_seeds():
 @pytest.mark.slow
 def test_bench_optimal_quick_prints_the_table_and_writes_csv_and_json(tmp_path):
     p = run("bench", "optimal", "--quick", "--exact-limit", "1", "--out", str(tmp_path))
-    header = ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
-              "messages", "sched s")  # fmt: skip
+    header = (
+        "family",
+        "policy",
+        "sets",
+        "÷ LB mean",
+        "÷ LB worst",
+        "÷ exact",
+        "pieces",
+        "messages",
+        "sched s",
+    )
     for col in header:
         assert col in p.stdout
     fams = [f.name for f in optbench.families(quick=True)]

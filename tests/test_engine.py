@@ -68,9 +68,17 @@ def test_stage_writes_exact_data_and_verifies(
 ):
     datasets, truth = _case(interleaved=interleaved)
     target = tmp_path / f"ckpt.{fmt}"
-    res = write_stage(target, datasets, format=fmt, policy=policy, cluster=cluster,
-                      stripe_bytes=2048, strategy=strategy, unique=True,
-                      direct=True)  # fmt: skip
+    res = write_stage(
+        target,
+        datasets,
+        format=fmt,
+        policy=policy,
+        cluster=cluster,
+        stripe_bytes=2048,
+        strategy=strategy,
+        unique=True,
+        direct=True,
+    )
     data = _read(fmt, target)
     assert np.array_equal(data["u"], truth)
     assert np.array_equal(data["ids"], np.arange(3000, dtype=np.int32))  # int16 values cast
@@ -106,8 +114,15 @@ def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, windo
     on its I/O node has started, and every unit is written by its I/O worker or by
     the worker holding it."""
     datasets, truth = _case(seed=1)
-    res = write_stage(tmp_path / "o.h5", datasets, policy=policy, cluster=cluster,
-                      stripe_bytes=1024, window=window, direct=direct)  # fmt: skip
+    res = write_stage(
+        tmp_path / "o.h5",
+        datasets,
+        policy=policy,
+        cluster=cluster,
+        stripe_bytes=1024,
+        window=window,
+        direct=direct,
+    )
     plan, tr = res.plan, res.trace
     compute = set(cluster.compute)
     for s in range(cluster.n_ionodes):
@@ -145,17 +160,31 @@ def test_io_worker_memory_is_bounded_by_the_window(cluster, tmp_path):
     values = np.repeat(rows[:, None].astype(float), width, axis=1)
     parts = [Contribution(c, rows[c::4], values[c::4]) for c in range(4)]  # every row alternates
     window = 128 << 10
-    res = write_stage(tmp_path / "m.h5", {"u": (spec, parts)}, policy="ecf", cluster=cluster,
-                      stripe_bytes=64 << 10, strategy="list", window=window,
-                      direct=False)  # fmt: skip
+    res = write_stage(
+        tmp_path / "m.h5",
+        {"u": (spec, parts)},
+        policy="ecf",
+        cluster=cluster,
+        stripe_bytes=64 << 10,
+        strategy="list",
+        window=window,
+        direct=False,
+    )
     peaks = res.trace.peak_held
     assert peaks.size == cluster.n_ionodes and peaks.min() > 0
     assert peaks.max() <= window
     assert res.plan.transfers.total_bytes >= 16 * window
     assert verify(tmp_path / "m.h5") == []
     # written directly by the workers holding the data, nothing reaches the I/O workers
-    res = write_stage(tmp_path / "d.h5", {"u": (spec, parts)}, policy="ecf", cluster=cluster,
-                      stripe_bytes=64 << 10, strategy="list", window=window)  # fmt: skip
+    res = write_stage(
+        tmp_path / "d.h5",
+        {"u": (spec, parts)},
+        policy="ecf",
+        cluster=cluster,
+        stripe_bytes=64 << 10,
+        strategy="list",
+        window=window,
+    )
     assert res.trace.peak_held.max() == 0
     assert set(res.trace.worker) <= set(cluster.compute)
     assert verify(tmp_path / "d.h5") == []
@@ -304,17 +333,43 @@ def test_killed_ionode_aborts_the_stage_and_leaves_nothing(tmp_path):
 def test_write_bench_cli_runs_policies_for_real(tmp_path):
     iorch = str(Path(sys.executable).with_name("iorch"))
     p = subprocess.run(
-        [iorch, "write-bench", "--size", "4MiB", "--clients", "4", "--ionodes", "2",
-         "--policy", "ecf", "--stripe", "256KiB", "--out", str(tmp_path / "w"), "--repeat", "1",
-         "--gantt", str(tmp_path / "g")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            iorch,
+            "write-bench",
+            "--size",
+            "4MiB",
+            "--clients",
+            "4",
+            "--ionodes",
+            "2",
+            "--policy",
+            "ecf",
+            "--stripe",
+            "256KiB",
+            "--out",
+            str(tmp_path / "w"),
+            "--repeat",
+            "1",
+            "--gantt",
+            str(tmp_path / "g"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     import importlib.util
 
-    want = ["raw sequential write", "raw sequential write, O_DIRECT", "h5py, one process",
-            "dask.array.to_zarr", "worker-to-worker copy", "ecf",
-            "ecf, bytes sent to the I/O workers", "peak RSS"]  # fmt: skip
+    want = [
+        "raw sequential write",
+        "raw sequential write, O_DIRECT",
+        "h5py, one process",
+        "dask.array.to_zarr",
+        "worker-to-worker copy",
+        "ecf",
+        "ecf, bytes sent to the I/O workers",
+        "peak RSS",
+    ]
     if importlib.util.find_spec("adios2"):  # the optional extra [bench]
         want.append("ADIOS2 BP5")
     for row in want:
@@ -377,8 +432,10 @@ def _make_part(c, n, clients):
 def test_contributions_already_on_workers_are_cut_where_they_live(cluster, tmp_path):
     # what a Dask workflow hands over: futures of contributions computed on workers
     n, clients = 2000, 4
-    futs = [cluster.client.submit(_make_part, c, n, clients, workers=cluster.compute, pure=False)
-            for c in range(clients)]  # fmt: skip
+    futs = [
+        cluster.client.submit(_make_part, c, n, clients, workers=cluster.compute, pure=False)
+        for c in range(clients)
+    ]
     spec = DatasetSpec("u", (n, 2), "float64")
     target = tmp_path / "remote.h5"
     write_stage(target, {"u": (spec, futs)}, cluster=cluster, strategy="list")
@@ -395,8 +452,17 @@ def test_split_opt_plan_of_variable_size_pieces_is_executed_exactly(cluster, tmp
     datasets, truth = _case(seed=2, interleaved=True)
     target = tmp_path / "split.h5"
     cm = CostModel(1.0, 1.0)
-    res = write_stage(target, datasets, policy="split-opt", cluster=cluster, cost=cm,
-                      stripe_bytes=2048, strategy="list", unique=True, min_piece=16)  # fmt: skip
+    res = write_stage(
+        target,
+        datasets,
+        policy="split-opt",
+        cluster=cluster,
+        cost=cm,
+        stripe_bytes=2048,
+        strategy="list",
+        unique=True,
+        min_piece=16,
+    )
     plan = res.plan
     assert plan.n_pieces > 0 and plan.n_units > len(plan.transfers)
     assert plan.block_size is None and plan.makespan == pytest.approx(plan.lower_bound)
@@ -415,8 +481,9 @@ def test_two_stages_on_one_target_exactly_one_commits(cluster, tmp_path):
 
     def go():
         try:
-            outcomes.append(write_stage(target, datasets, policy="ecf", cluster=cluster,
-                                        stripe_bytes=1024))  # fmt: skip
+            outcomes.append(
+                write_stage(target, datasets, policy="ecf", cluster=cluster, stripe_bytes=1024)
+            )
         except StorageError as err:
             outcomes.append(err)
 
@@ -448,9 +515,15 @@ def test_zarr_shards_held_whole_by_one_worker_are_stored_there(cluster, tmp_path
         rows = np.arange(c * per, min(n, (c + 1) * per + 3))
         parts.append(Contribution(c, rows, truth[rows]))
     target = tmp_path / "d.zarr"
-    res = write_stage(target, {"u": (spec, parts)}, format="zarr", cluster=cluster,
-                      stripe_bytes=rows_per_shard * width * 8, policy="ecf",
-                      direct=direct)  # fmt: skip
+    res = write_stage(
+        target,
+        {"u": (spec, parts)},
+        format="zarr",
+        cluster=cluster,
+        stripe_bytes=rows_per_shard * width * 8,
+        policy="ecf",
+        direct=direct,
+    )
     assert np.array_equal(_read("zarr", target)["u"], truth)
     assert verify(target) == []
     writers = set(res.trace.worker)
@@ -467,8 +540,7 @@ def test_direct_writes_by_default_only_when_the_stage_has_batches_to_spread(clus
     datasets, truth = _case(seed=2)
     small = write_stage(tmp_path / "s.h5", datasets, cluster=cluster, stripe_bytes=1024)
     assert set(small.trace.worker) <= set(cluster.ionodes)
-    many = write_stage(tmp_path / "m.h5", datasets, cluster=cluster, stripe_bytes=1024,
-                       window=4096)  # fmt: skip
+    many = write_stage(tmp_path / "m.h5", datasets, cluster=cluster, stripe_bytes=1024, window=4096)
     assert set(many.trace.worker) & set(cluster.compute)
     for out in ("s.h5", "m.h5"):
         assert np.array_equal(_read("hdf5", tmp_path / out)["u"], truth)

@@ -136,8 +136,10 @@ def stages(draw):
         rows = draw(st.integers(1, 60))
         width = draw(st.integers(1, 3))
         spec = DatasetSpec(f"d{d}", (rows, width), draw(st.sampled_from(["int8", "float64"])))
-        writer = np.array(draw(st.lists(st.integers(-1, n_clients - 1), min_size=rows,
-                                        max_size=rows)), dtype=np.int64)  # fmt: skip
+        writer = np.array(
+            draw(st.lists(st.integers(-1, n_clients - 1), min_size=rows, max_size=rows)),
+            dtype=np.int64,
+        )
         writer[0] = max(writer[0], 0)
         stripe = draw(st.integers(1, max(1, spec.nbytes)))
         strategy = draw(st.sampled_from(["contiguous", "list", "two-phase"]))
@@ -158,10 +160,16 @@ def stages(draw):
     opts = {"block_size": draw(st.integers(1, 64))} if policy in ("hdf", "uar") else {}
     plan = schedule(ts, policy, cost="modern", seed=draw(st.integers(0, 5)), **opts)
     n_sources = draw(st.integers(1, 3))
-    source = np.array(draw(st.lists(st.integers(0, n_sources - 1),
-                                    min_size=len(specs) * n_clients,
-                                    max_size=len(specs) * n_clients)),
-                      dtype=np.int64).reshape(len(specs), n_clients)  # fmt: skip
+    source = np.array(
+        draw(
+            st.lists(
+                st.integers(0, n_sources - 1),
+                min_size=len(specs) * n_clients,
+                max_size=len(specs) * n_clients,
+            )
+        ),
+        dtype=np.int64,
+    ).reshape(len(specs), n_clients)
     batch = draw(st.integers(1, 200))
     first_batch = draw(st.integers(1, 200))
     return staged, plan, n_io, source, batch, first_batch
@@ -179,8 +187,9 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
         for p in range(part.n_pieces):
             t = base + int(part.piece_transfer[p])
             o, n = int(part.piece_offset[p]), int(part.piece_nbytes[p])
-            transfer_bytes.setdefault(t, []).extend((d, b, int(part.piece_client[p]))
-                                                    for b in range(o, o + n))  # fmt: skip
+            transfer_bytes.setdefault(t, []).extend(
+                (d, b, int(part.piece_client[p])) for b in range(o, o + n)
+            )
     for t in transfer_bytes:
         transfer_bytes[t].sort()
     for u in plan.order.tolist():
@@ -194,8 +203,12 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
             assert b.index == k and b.ionode == s
             assert 0 < b.nbytes <= max(batch, 1)  # batches are bounded
             for i in range(len(b.ranges)):
-                d, c, o, n = (int(b.ranges.dataset[i]), int(b.ranges.client[i]),
-                              int(b.ranges.offset[i]), int(b.ranges.nbytes[i]))  # fmt: skip
+                d, c, o, n = (
+                    int(b.ranges.dataset[i]),
+                    int(b.ranges.client[i]),
+                    int(b.ranges.offset[i]),
+                    int(b.ranges.nbytes[i]),
+                )
                 cut = b.cuts[b.cut[i]]
                 assert cut.source == source[d, c]  # cut where the contribution lives
                 j = int(b.slot[i])
@@ -212,8 +225,11 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
     written = sum(int(p.piece_nbytes.sum()) for p in staged.parts)
     assert len(seen_bytes) == written <= total
     # cuts are ranked by planned start over all I/O nodes
-    starts = [(b.planned_start, prog.priority[s][b.index])
-              for s, n in enumerate(prog.nodes) for b in n.batches]  # fmt: skip
+    starts = [
+        (b.planned_start, prog.priority[s][b.index])
+        for s, n in enumerate(prog.nodes)
+        for b in n.batches
+    ]
     ranks = [r for _, r in sorted(starts)]
     assert sorted(ranks) == list(range(len(ranks)))
     assert [t for t, _ in sorted(starts, key=lambda x: x[1])] == sorted(t for t, _ in starts)
@@ -360,8 +376,16 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     info = backend.create(tmp_path / "o.h5", [spec], [StripeLayout(1, 48)])
     info["token"] = "o.h5"
     con = Contribution(0, np.arange(6), np.arange(10, 16, dtype=np.int64))
-    args = ([con], np.array([0, 0]), np.array([0, 24]), np.array([24, 24]), [8], ["<i8"],
-            ["u"], [0, 0])  # fmt: skip
+    args = (
+        [con],
+        np.array([0, 0]),
+        np.array([0, 24]),
+        np.array([24, 24]),
+        [8],
+        ["<i8"],
+        ["u"],
+        [0, 0],
+    )
     before = (tmp_path / "o.h5").read_bytes()
     kind, parts = write_cut("hdf5", info, 0, (0, 0), *args)
     assert kind == "data" and b"".join(bytes(p) for p in parts) == con.values.tobytes()

@@ -21,15 +21,25 @@ def test_every_error_derives_from_the_base(name):
 
 @pytest.mark.parametrize(
     ("module", "name"),
-    [("orchestrator.contributions", "ContributionError"), ("orchestrator.storage", "StorageError"),
-     ("orchestrator.cluster", "ClusterError"), ("orchestrator.engine.dispatch", "StageError"),
-     ("orchestrator.policies", "PolicyError"), ("orchestrator.capturing", "CaptureError"),
-     ("orchestrator.cost", "CostModelError"), ("orchestrator.plan", "PlanError"),
-     ("orchestrator.checkpoint", "CheckpointError"), ("orchestrator.layout", "LayoutError"),
-     ("orchestrator.transfers", "TransferSetError"), ("orchestrator.replicas", "ReplicaError"),
-     ("orchestrator.plugins.slurm", "SlurmError"), ("workflows.mesh", "MeshFormatError"),
-     ("workflows.bips3d", "DumpError"), ("orchestrator", "PlanError")],
-)  # fmt: skip
+    [
+        ("orchestrator.contributions", "ContributionError"),
+        ("orchestrator.storage", "StorageError"),
+        ("orchestrator.cluster", "ClusterError"),
+        ("orchestrator.engine.dispatch", "StageError"),
+        ("orchestrator.policies", "PolicyError"),
+        ("orchestrator.capturing", "CaptureError"),
+        ("orchestrator.cost", "CostModelError"),
+        ("orchestrator.plan", "PlanError"),
+        ("orchestrator.checkpoint", "CheckpointError"),
+        ("orchestrator.layout", "LayoutError"),
+        ("orchestrator.transfers", "TransferSetError"),
+        ("orchestrator.replicas", "ReplicaError"),
+        ("orchestrator.plugins.slurm", "SlurmError"),
+        ("workflows.mesh", "MeshFormatError"),
+        ("workflows.bips3d", "DumpError"),
+        ("orchestrator", "PlanError"),
+    ],
+)
 def test_old_names_are_the_same_classes(module, name):
     assert getattr(importlib.import_module(module), name) is getattr(errors, name)
 

@@ -15,8 +15,9 @@ ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']
 
 
 def run(args, cwd, timeout=600):
-    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                       cwd=cwd, env=ENV)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=ENV
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout
 
@@ -37,9 +38,14 @@ def test_restart_after_a_real_kill_resumes_and_ends_in_the_same_state(tmp_path):
     clean = run([str(HERE / "restart.py"), "--steps", "10"], tmp_path / "clean")
     killed = tmp_path / "killed"
     killed.mkdir()
-    proc = subprocess.Popen([sys.executable, str(HERE / "restart.py"), "--steps", "10",
-                             "--pause", "0.5"], cwd=killed, env=ENV, stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "restart.py"), "--steps", "10", "--pause", "0.5"],
+        cwd=killed,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         seen = []
         deadline = time.monotonic() + 300

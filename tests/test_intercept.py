@@ -88,8 +88,11 @@ def held_by_steps(cluster, fragment):
     """Keys the scheduler still holds for steps whose name contains ``fragment``."""
 
     def count(dask_scheduler=None):
-        return sum(len(cs.wants_what) for name, cs in dask_scheduler.clients.items()
-                   if name.startswith("iorch-step:") and fragment in name)  # fmt: skip
+        return sum(
+            len(cs.wants_what)
+            for name, cs in dask_scheduler.clients.items()
+            if name.startswith("iorch-step:") and fragment in name
+        )
 
     return cluster.client.run_on_scheduler(count)
 
@@ -128,8 +131,9 @@ def test_dask_delayed_stage(cluster, tmp_path):
 
 def test_captures_from_several_dask_tasks_form_one_stage(cluster, tmp_path):
     target = str(tmp_path / "cap.h5")
-    futures = cluster.client.map(stage_funcs.capture_part, [target] * 3, range(3), [3] * 3,
-                                 pure=False)  # fmt: skip
+    futures = cluster.client.map(
+        stage_funcs.capture_part, [target] * 3, range(3), [3] * 3, pure=False
+    )
     cks = cluster.client.gather(futures)
     assert all(c.path == tmp_path / "cap.h5" for c in cks)
     with h5py.File(target) as f:
@@ -208,9 +212,24 @@ def test_iorch_bench_stage_runs_both_ways(tmp_path):
     from pathlib import Path
 
     iorch = str(Path(sys.executable).with_name("iorch"))
-    p = subprocess.run([iorch, "bench", "stage", "--sizes", "4MiB", "--tasks", "4",
-                        "--ionodes", "2", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    p = subprocess.run(
+        [
+            iorch,
+            "bench",
+            "stage",
+            "--sizes",
+            "4MiB",
+            "--tasks",
+            "4",
+            "--ionodes",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("4 MiB") == 2 and "baseline+fsync ÷ orch." in p.stdout
     assert not [q for q in tmp_path.iterdir() if not q.name.startswith(".raw")]
@@ -224,8 +243,11 @@ def test_a_failing_dask_task_fails_its_whole_step_instead_of_hanging(cluster, tm
     wait(futures, timeout=120)  # all finish (none waits for a leader that will never come)
     errors = [str(f.exception()) for f in futures]
     assert "rank 2 diverged" in errors[2]
-    assert all("the step cannot be written: client 2 failed: ValueError" in e
-               for i, e in enumerate(errors) if i != 2)  # fmt: skip
+    assert all(
+        "the step cannot be written: client 2 failed: ValueError" in e
+        for i, e in enumerate(errors)
+        if i != 2
+    )
     assert not (tmp_path / "f-0.h5").exists()
     assert not held_by_steps(cluster, "f-0.h5")
 
@@ -234,8 +256,9 @@ def test_a_failing_capture_fails_the_captures_of_its_target(cluster, tmp_path):
     from distributed import wait
 
     target = str(tmp_path / "cf.h5")
-    futures = cluster.client.map(stage_funcs.capture_or_fail, [target] * 3, range(3), [3] * 3,
-                                 [1] * 3, pure=False)  # fmt: skip
+    futures = cluster.client.map(
+        stage_funcs.capture_or_fail, [target] * 3, range(3), [3] * 3, [1] * 3, pure=False
+    )
     wait(futures, timeout=120)
     errors = [str(f.exception()) for f in futures]
     assert "rank 1 diverged" in errors[1]

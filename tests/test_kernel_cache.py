@@ -7,8 +7,14 @@ import textwrap
 
 def _run(pkg_parent):
     code = "import kpkg.caller as c; print(c.f())"
-    out = subprocess.run([sys.executable, "-c", code], cwd=pkg_parent, capture_output=True,
-                         text=True, timeout=120, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=pkg_parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return out.stdout.strip()
 
 

@@ -25,8 +25,11 @@ _OPTIONS = {
 
 
 def _kit(name):
-    return type(f"TestPolicy_{name.replace('-', '_')}", (PolicyTests,),
-                {"policy": name, "options": _OPTIONS.get(name, {})})  # fmt: skip
+    return type(
+        f"TestPolicy_{name.replace('-', '_')}",
+        (PolicyTests,),
+        {"policy": name, "options": _OPTIONS.get(name, {})},
+    )
 
 
 try:
@@ -47,8 +50,13 @@ def _in_reverse(c, s, d, nc, ns, seed):
     return np.arange(c.size - 1, -1, -1, dtype=np.int64), 0, 0
 
 
-TOY = Policy(name="toy-reverse", summary="Transfers in reverse index order.",
-             origin="tests/test_kits.py", kind="centralized", run=_in_reverse)  # fmt: skip
+TOY = Policy(
+    name="toy-reverse",
+    summary="Transfers in reverse index order.",
+    origin="tests/test_kits.py",
+    kind="centralized",
+    run=_in_reverse,
+)
 
 
 class TestToyPolicy(PolicyTests):
@@ -76,8 +84,16 @@ def test_a_bad_policy_is_refused_at_registration():
     with pytest.raises(orc.PolicyError, match="registered already"):
         register_policy(get_policy("ecf"))
     with pytest.raises(orc.PolicyError, match="unknown candidates"):
-        register_policy(Policy(name="bad", summary="", origin="", kind="centralized",
-                               run=_in_reverse, candidates=("no-such",)))  # fmt: skip
+        register_policy(
+            Policy(
+                name="bad",
+                summary="",
+                origin="",
+                kind="centralized",
+                run=_in_reverse,
+                candidates=("no-such",),
+            )
+        )
     assert "bad" not in policies()
 
 
@@ -119,8 +135,9 @@ def test_a_format_registered_from_outside_is_written_and_recognised(tmp_path):
         spec = orc.DatasetSpec("u", (100, 2), "float64")
         con = orc.Contribution(0, np.arange(100), np.ones((100, 2)))
         with orc.local_cluster(n_ionodes=1, n_compute=0) as cl:
-            res = orc.write_stage(tmp_path / "x.h5", {"u": (spec, [con])}, format="hdf5-renamed",
-                                  cluster=cl)  # fmt: skip
+            res = orc.write_stage(
+                tmp_path / "x.h5", {"u": (spec, [con])}, format="hdf5-renamed", cluster=cl
+            )
         assert format_of(res.path) == "hdf5-renamed"
         assert orc.verify(res.path) == []
     finally:

@@ -128,8 +128,11 @@ def test_generated_meshes_are_valid_graded_and_reproducible(method):
     m = generate_mesh(20_000, seed=4, method=method)
     assert abs(m.n_nodes - 20_000) <= 200
     p, c = m.points, m.cells
-    vol = np.einsum("ij,ij->i", np.cross(p[c[:, 1]] - p[c[:, 0]], p[c[:, 2]] - p[c[:, 0]]),
-                    p[c[:, 3]] - p[c[:, 0]])  # fmt: skip
+    vol = np.einsum(
+        "ij,ij->i",
+        np.cross(p[c[:, 1]] - p[c[:, 0]], p[c[:, 2]] - p[c[:, 0]]),
+        p[c[:, 3]] - p[c[:, 0]],
+    )
     assert (vol > 0).all()  # every tetrahedron is positively oriented
     g = nodal_graph(c, m.n_nodes)
     assert np.array_equal(g[0], m.indptr) and np.array_equal(g[1], m.indices)

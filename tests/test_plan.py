@@ -33,9 +33,13 @@ def test_timing_sequences_and_summary():
 @settings(max_examples=60, deadline=None)
 @given(cols=transfer_columns(max_bytes=3000), seed=st.integers(0, 2**32))
 def test_every_policy_gives_a_valid_plan_no_better_than_the_bound(policy, cols, seed):
-    plan = orc.schedule(orc.TransferSet(*cols), policy, cost=UNIT, seed=seed, **(
-        {"block_size": 512} if orc.policies()[policy].default_block_size else {}
-    ))  # fmt: skip
+    plan = orc.schedule(
+        orc.TransferSet(*cols),
+        policy,
+        cost=UNIT,
+        seed=seed,
+        **({"block_size": 512} if orc.policies()[policy].default_block_size else {}),
+    )
     plan.validate()
     assert plan.makespan >= plan.lower_bound * (1 - 1e-12)
     # per-client and per-I/O-node sequences partition the units

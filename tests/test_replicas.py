@@ -88,8 +88,15 @@ def test_the_idg_papers_example_mesh():
     part = np.array([0, 0, 1, 0, 1, 0, 1, 0])
     rs = replica_sets(*csr(nbrs), part)
     assert [rs[v].tolist() for v in range(8)] == [
-        [0], [0, 1], [1, 0], [0], [1, 0], [0, 1], [1], [0, 1]
-    ]  # fmt: skip
+        [0],
+        [0, 1],
+        [1, 0],
+        [0],
+        [1, 0],
+        [0, 1],
+        [1],
+        [0, 1],
+    ]
     assert assign(rs, part, "idg").tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
     assert rs.replicated_fraction == 5 / 8  # nodes 1, 2, 4, 5, 7 are shared (the paper)
 

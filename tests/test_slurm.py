@@ -37,10 +37,12 @@ from orchestrator.stage import verify, write_stage
 IORCH = str(Path(sys.executable).parent / "iorch")
 
 
-def iorch(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-          timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([IORCH, *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=timeout)  # fmt: skip
+def iorch(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [IORCH, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
+    )
 
 
 # ------------------------------------------------------------- host lists
@@ -84,8 +86,12 @@ def test_expand_hostlist_rejects(spec: str, message: str) -> None:
 
 
 def test_allocation_from_env() -> None:
-    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "c[1-3]",
-           "SLURM_JOB_CPUS_PER_NODE": "36(x2),12", "SLURM_MEM_PER_NODE": "4000"}  # fmt: skip
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "c[1-3]",
+        "SLURM_JOB_CPUS_PER_NODE": "36(x2),12",
+        "SLURM_MEM_PER_NODE": "4000",
+    }
     a = Allocation.from_env(env)
     assert a == Allocation("7", ("c1", "c2", "c3"), (36, 36, 12), 4000)
     assert not a.single_host
@@ -133,15 +139,28 @@ def test_roles_reject(nodes: list[str], kw: dict, message: str) -> None:
 
 
 def test_batch_script_lines(tmp_path: Path) -> None:
-    s = batch_script(["iorch", "run", "bips3d", "--out", "out/x-$SLURM_JOB_ID", "--mesh", "a b"],
-                     nodes=4, time_limit="1-00:00:00", partition="big", account="p1",
-                     workdir=tmp_path, python_bin="/opt/env/bin",
-                     extra_sbatch=["--constraint=nvme"])  # fmt: skip
+    s = batch_script(
+        ["iorch", "run", "bips3d", "--out", "out/x-$SLURM_JOB_ID", "--mesh", "a b"],
+        nodes=4,
+        time_limit="1-00:00:00",
+        partition="big",
+        account="p1",
+        workdir=tmp_path,
+        python_bin="/opt/env/bin",
+        extra_sbatch=["--constraint=nvme"],
+    )
     lines = s.splitlines()
     assert lines[0] == "#!/bin/bash"
-    for want in ("#SBATCH --nodes=4", "#SBATCH --time=1-00:00:00", "#SBATCH --partition=big",
-                 "#SBATCH --account=p1", "#SBATCH --exclusive", "#SBATCH --constraint=nvme",
-                 "export PATH=/opt/env/bin:$PATH", f"cd {tmp_path}"):  # fmt: skip
+    for want in (
+        "#SBATCH --nodes=4",
+        "#SBATCH --time=1-00:00:00",
+        "#SBATCH --partition=big",
+        "#SBATCH --account=p1",
+        "#SBATCH --exclusive",
+        "#SBATCH --constraint=nvme",
+        "export PATH=/opt/env/bin:$PATH",
+        f"cd {tmp_path}",
+    ):
         assert want in lines, want
     # the job id expands, the path with a space stays one word
     assert lines[-1] == "exec iorch run bips3d --out out/x-\"${SLURM_JOB_ID}\" --mesh 'a b'"
@@ -181,9 +200,11 @@ def test_batch_script_refuses_line_breaks_in_options(kw: dict) -> None:
 
 
 def test_batch_script_comments_cannot_break_out() -> None:
-    s = batch_script(["iorch", "run", "x", "--mesh", "a\nb", "--out", "o/$SLURM_JOB_ID_x"],
-                     origin="iorch slurm script x -- --mesh 'a\ntouch /tmp/pwned'",
-                     notes=["two\nlines"])  # fmt: skip
+    s = batch_script(
+        ["iorch", "run", "x", "--mesh", "a\nb", "--out", "o/$SLURM_JOB_ID_x"],
+        origin="iorch slurm script x -- --mesh 'a\ntouch /tmp/pwned'",
+        notes=["two\nlines"],
+    )
     lines = s.splitlines()
     assert not any(x.startswith("touch") for x in lines)
     assert "# two\\nlines" in lines
@@ -193,9 +214,26 @@ def test_batch_script_comments_cannot_break_out() -> None:
 
 
 def test_cli_script_prints_a_checked_script(tmp_path: Path) -> None:
-    r = iorch("slurm", "script", "bips3d", "--nodes", "4", "--io-nodes", "1", "--ionodes", "4",
-              "--time", "01:00:00", "--no-check", "--", "--parts", "64", "--format", "zarr",
-              cwd=tmp_path)  # fmt: skip
+    r = iorch(
+        "slurm",
+        "script",
+        "bips3d",
+        "--nodes",
+        "4",
+        "--io-nodes",
+        "1",
+        "--ionodes",
+        "4",
+        "--time",
+        "01:00:00",
+        "--no-check",
+        "--",
+        "--parts",
+        "64",
+        "--format",
+        "zarr",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     s = r.stdout
     assert "#SBATCH --nodes=4" in s and "#SBATCH --time=01:00:00" in s
@@ -237,8 +275,19 @@ def test_cli_script_unknown_workflow() -> None:
 
 def test_run_with_cluster_slurm_outside_a_job(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    r = iorch("run", "bips3d", "--nodes", "300", "--cluster", "slurm", "--repeat", "1",
-              "--out", str(tmp_path), env=env)  # fmt: skip
+    r = iorch(
+        "run",
+        "bips3d",
+        "--nodes",
+        "300",
+        "--cluster",
+        "slurm",
+        "--repeat",
+        "1",
+        "--out",
+        str(tmp_path),
+        env=env,
+    )
     assert r.returncode == 2 and "not inside a Slurm job" in r.stderr
 
 
@@ -308,11 +357,35 @@ def _mesh_args() -> list[str]:
 @pytest.mark.slow
 def test_submit_bips3d_dump_on_real_slurm(slurm, tmp_path: Path) -> None:
     out = tmp_path / "dump"
-    r = iorch("slurm", "submit", "bips3d", "--nodes", "1", "--io-nodes", "1", "--ionodes", "2",
-              "--partition", "debug", "--time", "10", "--",
-              *_mesh_args(), "--parts", "8", "--load", "20", "--repeat", "1",
-              "--assign", "metis,idg", "--out", str(out),
-              env=slurm.env, cwd=tmp_path)  # fmt: skip
+    r = iorch(
+        "slurm",
+        "submit",
+        "bips3d",
+        "--nodes",
+        "1",
+        "--io-nodes",
+        "1",
+        "--ionodes",
+        "2",
+        "--partition",
+        "debug",
+        "--time",
+        "10",
+        "--",
+        *_mesh_args(),
+        "--parts",
+        "8",
+        "--load",
+        "20",
+        "--repeat",
+        "1",
+        "--assign",
+        "metis,idg",
+        "--out",
+        str(out),
+        env=slurm.env,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     assert job.isdigit()
@@ -332,10 +405,36 @@ def test_submit_bips3d_dump_on_real_slurm(slurm, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cancelled_dump_leaves_no_partial_checkpoint(slurm, tmp_path: Path) -> None:
     out = tmp_path / "dump"
-    r = iorch("slurm", "submit", "bips3d", "--nodes", "1", "--io-nodes", "1", "--ionodes", "2",
-              "--time", "10", "--", "--nodes", "200000", "--parts", "8",
-              "--load", "200", "--repeat", "20", "--assign", "idg", "--format", "zarr",
-              "--out", str(out), env=slurm.env, cwd=tmp_path)  # fmt: skip
+    r = iorch(
+        "slurm",
+        "submit",
+        "bips3d",
+        "--nodes",
+        "1",
+        "--io-nodes",
+        "1",
+        "--ionodes",
+        "2",
+        "--time",
+        "10",
+        "--",
+        "--nodes",
+        "200000",
+        "--parts",
+        "8",
+        "--load",
+        "200",
+        "--repeat",
+        "20",
+        "--assign",
+        "idg",
+        "--format",
+        "zarr",
+        "--out",
+        str(out),
+        env=slurm.env,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     deadline = time.monotonic() + 240
@@ -356,8 +455,7 @@ def test_cancelled_dump_leaves_no_partial_checkpoint(slurm, tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_submit_to_missing_partition_fails_before_submission(slurm, tmp_path: Path) -> None:
-    r = iorch("slurm", "submit", "bips3d", "--partition", "nope",
-              env=slurm.env, cwd=tmp_path)  # fmt: skip
+    r = iorch("slurm", "submit", "bips3d", "--partition", "nope", env=slurm.env, cwd=tmp_path)
     assert r.returncode == 2
     msg = " ".join(r.stderr.split())
     assert "partition 'nope' does not exist" in msg and "['debug']" in msg
@@ -378,16 +476,25 @@ def test_jobqueue_cluster_writes_a_stage(slurm, tmp_path: Path, monkeypatch) -> 
         monkeypatch.setenv(k, v)
     n = 10_000
     values = np.arange(n, dtype=np.float64) * 0.5
-    with jobqueue_cluster(n_ionodes=1, n_compute=1, cores=1, memory="1GB", queue="debug",
-                          walltime="00:10:00", log_directory=str(tmp_path / "logs"),
-                          local_directory=str(tmp_path)) as io:  # fmt: skip
+    with jobqueue_cluster(
+        n_ionodes=1,
+        n_compute=1,
+        cores=1,
+        memory="1GB",
+        queue="debug",
+        walltime="00:10:00",
+        log_directory=str(tmp_path / "logs"),
+        local_directory=str(tmp_path),
+    ) as io:
         assert len(io.ionodes) == 1 and len(io.compute) == 1
         jobs = slurm.run(["squeue", "-h", "-o", "%j"]).stdout.split()
         assert len(jobs) == 2  # each worker is its own Slurm job
         spec = DatasetSpec("u", (n,), "f8")
         half = n // 2
-        parts = [Contribution(c, np.arange(c * half, (c + 1) * half),
-                              values[c * half:(c + 1) * half]) for c in range(2)]  # fmt: skip
+        parts = [
+            Contribution(c, np.arange(c * half, (c + 1) * half), values[c * half : (c + 1) * half])
+            for c in range(2)
+        ]
         res = write_stage(tmp_path / "u.h5", {"u": (spec, parts)}, cluster=io)
     assert verify(res.path) == []
     assert np.array_equal(orc.open_checkpoint(res.path)["u"], values)
@@ -402,8 +509,14 @@ def test_parsl_slurm_provider_app(slurm, tmp_path: Path) -> None:
     env = dict(slurm.env)
     script = tmp_path / "parsl_app.py"
     script.write_text(PARSL_APP)
-    r = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{slurm.logs()}"
     assert "ok: 4 Parsl apps in a Slurm job wrote 4000 rows" in r.stdout
     deadline = time.monotonic() + 30  # Parsl cancels its block when the config unloads

@@ -18,22 +18,51 @@ def test_columns_are_int64_and_read_only():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"client": [0, -1], "ionode": [0, 0], "nbytes": [1, 1]}, "column 'client': value -1 at index 1"),
-        ({"client": [0, 0], "ionode": [0, 0], "nbytes": [1, 0]}, "column 'nbytes': value 0 at index 1"),
-        ({"client": [0], "ionode": [0], "nbytes": [np.nan]}, "column 'nbytes': value nan at index 0"),
+        (
+            {"client": [0, -1], "ionode": [0, 0], "nbytes": [1, 1]},
+            "column 'client': value -1 at index 1",
+        ),
+        (
+            {"client": [0, 0], "ionode": [0, 0], "nbytes": [1, 0]},
+            "column 'nbytes': value 0 at index 1",
+        ),
+        (
+            {"client": [0], "ionode": [0], "nbytes": [np.nan]},
+            "column 'nbytes': value nan at index 0",
+        ),
         ({"client": [0], "ionode": [0.5], "nbytes": [1]}, "column 'ionode': value 0.5 at index 0"),
         ({"client": [0, 1], "ionode": [0], "nbytes": [1, 1]}, "client=2, ionode=1, nbytes=2"),
         ({"client": [], "ionode": [], "nbytes": []}, "empty TransferSet"),
-        ({"client": ["a"], "ionode": [0], "nbytes": [1]}, "column 'client': value 'a' at index 0 is not an integer"),
-        ({"client": [0, None], "ionode": [0, 0], "nbytes": [1, 1]}, "column 'client': value None at index 1 is not an integer"),
-        ({"client": [0], "ionode": [0], "nbytes": [10**23]}, "column 'nbytes': value 100000000000000000000000 at index 0 does not fit in int64"),
-        ({"client": [0], "ionode": [0], "nbytes": [1e19]}, "column 'nbytes': value 1e+19 at index 0 does not fit in int64"),
-        ({"client": [0], "ionode": [2**40], "nbytes": [1]}, "column 'ionode': value 1099511627776 at index 0 must be < 2147483647"),
-        ({"client": [0, 1], "ionode": [0, 0], "nbytes": [2**62, 2**62]}, "the total exceeds 2**63 - 1 bytes"),
-        ({"client": [0, 5], "ionode": [0, 0], "nbytes": [1, 1], "n_clients": 3},
-         "column 'client': value 5 at index 1 is out of range for n_clients=3"),
+        (
+            {"client": ["a"], "ionode": [0], "nbytes": [1]},
+            "column 'client': value 'a' at index 0 is not an integer",
+        ),
+        (
+            {"client": [0, None], "ionode": [0, 0], "nbytes": [1, 1]},
+            "column 'client': value None at index 1 is not an integer",
+        ),
+        (
+            {"client": [0], "ionode": [0], "nbytes": [10**23]},
+            "column 'nbytes': value 100000000000000000000000 at index 0 does not fit in int64",
+        ),
+        (
+            {"client": [0], "ionode": [0], "nbytes": [1e19]},
+            "column 'nbytes': value 1e+19 at index 0 does not fit in int64",
+        ),
+        (
+            {"client": [0], "ionode": [2**40], "nbytes": [1]},
+            "column 'ionode': value 1099511627776 at index 0 must be < 2147483647",
+        ),
+        (
+            {"client": [0, 1], "ionode": [0, 0], "nbytes": [2**62, 2**62]},
+            "the total exceeds 2**63 - 1 bytes",
+        ),
+        (
+            {"client": [0, 5], "ionode": [0, 0], "nbytes": [1, 1], "n_clients": 3},
+            "column 'client': value 5 at index 1 is out of range for n_clients=3",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_columns_are_named(kwargs, message):
     with pytest.raises(TransferSetError, match=re.escape(message)):
         TransferSet(**kwargs)

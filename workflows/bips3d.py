@@ -34,6 +34,7 @@ import numpy.typing as npt
 from orchestrator import defaults
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.engine.options import WriteOptions
 from orchestrator.errors import DumpError, InputError
 from orchestrator.files import remove_path
 from orchestrator.replicas import METHODS, IntervalStats, ReplicaSets, assign, interval_stats
@@ -323,6 +324,14 @@ def dump(
     own = contributions is None
     parts = make_contributions(case, load, cluster) if own else list(contributions or [])
     spec = DatasetSpec(DATASET, (case.n_nodes, load), "float64")
+    write = WriteOptions(
+        format=format,
+        policy=policy,
+        stripe_bytes=stripe_bytes,
+        cost=cost,
+        seed=seed,
+        overwrite=overwrite,
+    )
     temporary = parts if own else []
     try:
         if strategy == "sequential":
@@ -332,16 +341,13 @@ def dump(
             )
             temporary = [*temporary, root]
             writer = np.zeros(case.n_nodes, dtype=np.int64)
-            res = write_stage(target, {DATASET: (spec, [root])}, format=format, policy=policy,
-                              cluster=cluster, stripe_bytes=stripe_bytes, strategy="contiguous",
-                              cost=cost, seed=seed, overwrite=overwrite)  # fmt: skip
+            opts = write.updated(strategy="contiguous")
+            res = write_stage(target, {DATASET: (spec, [root])}, opts, cluster=cluster)
             n_writers = 1
         else:
             writer = assign(case.replicas, case.partition, method, seed=seed)
-            res = write_stage(target, {DATASET: (spec, parts)}, format=format, policy=policy,
-                              cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
-                              assignment={DATASET: writer}, cost=cost, seed=seed,
-                              overwrite=overwrite)  # fmt: skip
+            opts = write.updated(strategy=strategy, assignment={DATASET: writer})
+            res = write_stage(target, {DATASET: (spec, parts)}, opts, cluster=cluster)
             n_writers = case.n_parts
     finally:  # what this call put on the workers goes when it is done
         if temporary:  # root depends on parts: release, not cancel (see IOCluster.release)
@@ -431,16 +437,33 @@ def run_methods(
     wait(parts)
     try:
         warm = out / f".bips3d-warmup.{suffix}"
-        dump(case, cluster, warm, load=load, method=methods[0], contributions=parts,
-             overwrite=True, **options)  # fmt: skip
+        dump(
+            case,
+            cluster,
+            warm,
+            load=load,
+            method=methods[0],
+            contributions=parts,
+            overwrite=True,
+            **options,
+        )
         remove_path(warm)
         runs: dict[str, list[DumpResult]] = {m: [] for m in methods}
         for _ in range(repeat):
             for m in methods:
                 t0 = time.perf_counter()
-                runs[m].append(dump(case, cluster, out / f"bips3d-{m}.{suffix}", load=load,
-                                    method=m, contributions=parts, overwrite=True,
-                                    **options))  # fmt: skip
+                runs[m].append(
+                    dump(
+                        case,
+                        cluster,
+                        out / f"bips3d-{m}.{suffix}",
+                        load=load,
+                        method=m,
+                        contributions=parts,
+                        overwrite=True,
+                        **options,
+                    )
+                )
                 advance(f"{m} in {time.perf_counter() - t0:.1f} s")
     finally:
         cluster.release(parts)

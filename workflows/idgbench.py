@@ -27,15 +27,31 @@ PAPER_SIZES = {1: 47_219, 2: 32_888, 3: 73_260, 4: 289_650}
 
 #: Table 4: mesh -> partitions -> (METIS intervals, METIS length, IDG intervals, IDG length).
 PAPER_TABLE4: dict[int, dict[int, tuple[float, float, float, float]]] = {
-    1: {8: (258.0, 22.5, 88.3, 70.6), 16: (217.4, 13.4, 71.6, 43.5),
-        32: (169.6, 8.0, 54.5, 28.1), 64: (137.0, 4.5, 41.2, 19.1)},
-    2: {8: (203.8, 19.8, 67.1, 63.1), 16: (171.3, 11.5, 58.3, 37.9),
-        32: (136.7, 6.9, 44.9, 24.6), 64: (99.1, 4.3, 31.7, 17.5)},
-    3: {8: (244.0, 96.6, 57.0, 251.8), 16: (189.8, 27.9, 49.5, 151.2),
-        32: (149.4, 15.8, 38.7, 73.6), 64: (112.9, 10.3, 25.4, 55.1)},
-    4: {8: (965.5, 38.7, 126.0, 306.5), 16: (642.4, 29.7, 99.8, 195.4),
-        32: (511.7, 19.3, 75.2, 141.5), 64: (344.4, 13.7, 51.7, 99.2)},
-}  # fmt: skip
+    1: {
+        8: (258.0, 22.5, 88.3, 70.6),
+        16: (217.4, 13.4, 71.6, 43.5),
+        32: (169.6, 8.0, 54.5, 28.1),
+        64: (137.0, 4.5, 41.2, 19.1),
+    },
+    2: {
+        8: (203.8, 19.8, 67.1, 63.1),
+        16: (171.3, 11.5, 58.3, 37.9),
+        32: (136.7, 6.9, 44.9, 24.6),
+        64: (99.1, 4.3, 31.7, 17.5),
+    },
+    3: {
+        8: (244.0, 96.6, 57.0, 251.8),
+        16: (189.8, 27.9, 49.5, 151.2),
+        32: (149.4, 15.8, 38.7, 73.6),
+        64: (112.9, 10.3, 25.4, 55.1),
+    },
+    4: {
+        8: (965.5, 38.7, 126.0, 306.5),
+        16: (642.4, 29.7, 99.8, 195.4),
+        32: (511.7, 19.3, 75.2, 141.5),
+        64: (344.4, 13.7, 51.7, 99.2),
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -51,8 +67,15 @@ class Table4Row:
     paper: tuple[float, float, float, float] | None
 
 
-def _row(name: str, paper_mesh: int | None, indptr: IntArray, indices: IntArray, part: IntArray,
-         k: int, halos: Sequence[int]) -> Table4Row:  # fmt: skip
+def _row(
+    name: str,
+    paper_mesh: int | None,
+    indptr: IntArray,
+    indices: IntArray,
+    part: IntArray,
+    k: int,
+    halos: Sequence[int],
+) -> Table4Row:
     m = interval_stats(part, k)
     idg, shared = {}, {}
     for h in halos:
@@ -61,8 +84,15 @@ def _row(name: str, paper_mesh: int | None, indptr: IntArray, indices: IntArray,
         idg[h] = (s.intervals_per_writer, s.mean_interval_length)
         shared[h] = rs.replicated_fraction
     paper = PAPER_TABLE4.get(paper_mesh, {}).get(k) if paper_mesh else None
-    return Table4Row(name, int(part.size), k, (m.intervals_per_writer, m.mean_interval_length),
-                     idg, shared, paper)  # fmt: skip
+    return Table4Row(
+        name,
+        int(part.size),
+        k,
+        (m.intervals_per_writer, m.mean_interval_length),
+        idg,
+        shared,
+        paper,
+    )
 
 
 def table4(
@@ -107,8 +137,9 @@ def table4(
         m = generate_mesh(PAPER_SIZES[mesh_id], seed=seed + mesh_id, cells=False)
         for k in parts:
             part = partition(m.indptr, m.indices, k, seed=seed)
-            rows.append(_row(f"generated ({mesh_id})", mesh_id, m.indptr, m.indices, part, k,
-                             halos))  # fmt: skip
+            rows.append(
+                _row(f"generated ({mesh_id})", mesh_id, m.indptr, m.indices, part, k, halos)
+            )
             advance(f"generated mesh {mesh_id}, {k} parts")
     return rows
 
@@ -161,5 +192,6 @@ def kernel_timing(
         assign(rs, None, "idg")
         c = time.perf_counter()
         best_c, best_i = min(best_c, b - a), min(best_i, c - b)
-    return KernelTiming(m.n_nodes, m.n_edges, parts, halo, t1 - t0, t2 - t1, best_c, best_i,
-                        rs.replicated_fraction)  # fmt: skip
+    return KernelTiming(
+        m.n_nodes, m.n_edges, parts, halo, t1 - t0, t2 - t1, best_c, best_i, rs.replicated_fraction
+    )

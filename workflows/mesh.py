@@ -147,8 +147,10 @@ def read_metis_graph(
             )
         _repair(path, "made one-sided edges two-sided and dropped repeated neighbours")
     if indices.size != 2 * m:
-        msg = (f"header says {m} edges but the body lists {indices.size} neighbour entries "
-               f"(expected {2 * m})")  # fmt: skip
+        msg = (
+            f"header says {m} edges but the body lists {indices.size} neighbour entries "
+            f"(expected {2 * m})"
+        )
         if not repair:
             raise MeshFormatError(f"{path}, line {hline}: {msg}")
         _repair(path, f"{msg}; assumed {indices.size // 2} edges (the body)")
@@ -235,13 +237,25 @@ def read_metis_partition(
 # edges of each cell type, as pairs of local corner indices (meshio's corner order)
 _CELL_EDGES: dict[str, list[tuple[int, int]]] = {
     "tetra": [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)],
-    "hexahedron": [(0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4),
-                   (0, 4), (1, 5), (2, 6), (3, 7)],
+    "hexahedron": [
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (3, 0),
+        (4, 5),
+        (5, 6),
+        (6, 7),
+        (7, 4),
+        (0, 4),
+        (1, 5),
+        (2, 6),
+        (3, 7),
+    ],
     "wedge": [(0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3), (0, 3), (1, 4), (2, 5)],
     "pyramid": [(0, 1), (1, 2), (2, 3), (3, 0), (0, 4), (1, 4), (2, 4), (3, 4)],
     "triangle": [(0, 1), (1, 2), (2, 0)],
     "quad": [(0, 1), (1, 2), (2, 3), (3, 0)],
-}  # fmt: skip
+}
 _CELL_EDGES["tetra10"] = _CELL_EDGES["tetra"]  # corner nodes first; mid-edge nodes ride along
 _VOLUME = ("tetra", "tetra10", "hexahedron", "wedge", "pyramid")
 

@@ -230,14 +230,24 @@ def run_family(
             optimum = plans["exact"].makespan
         for p, plan in plans.items():
             rows.append(
-                {"family": fam.name, "instance": i, "policy": p, "transfers": len(ts),
-                 "units": plan.n_units, "pieces": plan.n_pieces, "messages": plan.messages,
-                 "makespan": plan.makespan, "lower_bound": plan.lower_bound,
-                 "ratio": plan.ratio,
-                 "ratio_exact": plan.makespan / optimum if optimum else math.nan,
-                 "scheduling_seconds": plan.scheduling_seconds,
-                 "total_seconds": plan.total_seconds,
-                 "chosen": plan.chosen_policy or "", "gap": plan.optimality_gap})  # fmt: skip
+                {
+                    "family": fam.name,
+                    "instance": i,
+                    "policy": p,
+                    "transfers": len(ts),
+                    "units": plan.n_units,
+                    "pieces": plan.n_pieces,
+                    "messages": plan.messages,
+                    "makespan": plan.makespan,
+                    "lower_bound": plan.lower_bound,
+                    "ratio": plan.ratio,
+                    "ratio_exact": plan.makespan / optimum if optimum else math.nan,
+                    "scheduling_seconds": plan.scheduling_seconds,
+                    "total_seconds": plan.total_seconds,
+                    "chosen": plan.chosen_policy or "",
+                    "gap": plan.optimality_gap,
+                }
+            )
             advance()
     return FamilyResult(fam, rows)
 
@@ -260,16 +270,20 @@ def summarize(results: Sequence[FamilyResult]) -> list[dict[str, Any]]:
             rs = [r for r in res.rows if r["policy"] == p]
             ex = [r["ratio_exact"] for r in rs if not math.isnan(r["ratio_exact"])]
             out.append(
-                {"family": res.family.name, "dense": res.family.dense, "policy": p,
-                 "instances": len(rs),
-                 "ratio_mean": float(np.mean([r["ratio"] for r in rs])),
-                 "ratio_max": float(np.max([r["ratio"] for r in rs])),
-                 "ratio_exact_mean": float(np.mean(ex)) if ex else None,
-                 "pieces": float(np.mean([r["pieces"] for r in rs])),
-                 "messages": float(np.mean([r["messages"] for r in rs])),
-                 "scheduling_seconds": float(np.mean([r["scheduling_seconds"] for r in rs])),
-                 "total_seconds": float(np.mean([r["total_seconds"] for r in rs]))}
-            )  # fmt: skip
+                {
+                    "family": res.family.name,
+                    "dense": res.family.dense,
+                    "policy": p,
+                    "instances": len(rs),
+                    "ratio_mean": float(np.mean([r["ratio"] for r in rs])),
+                    "ratio_max": float(np.max([r["ratio"] for r in rs])),
+                    "ratio_exact_mean": float(np.mean(ex)) if ex else None,
+                    "pieces": float(np.mean([r["pieces"] for r in rs])),
+                    "messages": float(np.mean([r["messages"] for r in rs])),
+                    "scheduling_seconds": float(np.mean([r["scheduling_seconds"] for r in rs])),
+                    "total_seconds": float(np.mean([r["total_seconds"] for r in rs])),
+                }
+            )
     return out
 
 
@@ -298,8 +312,9 @@ def targets(results: Sequence[FamilyResult]) -> dict[str, dict[str, Any]]:
     """
     split = [(r["split-opt"]["ratio"], f) for f, r in _per_instance(results) if "split-opt" in r]
     dense_f = {res.family.name for res in results if res.family.dense}
-    auto_d = [(r["auto"]["ratio"], f) for f, r in _per_instance(results)
-              if "auto" in r and f in dense_f]  # fmt: skip
+    auto_d = [
+        (r["auto"]["ratio"], f) for f, r in _per_instance(results) if "auto" in r and f in dense_f
+    ]
     mk_ecf, vs_ecf, vs_best = [], [], []
     for f, r in _per_instance(results):
         if "auto" in r and "ecf" in r:

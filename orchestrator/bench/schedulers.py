@@ -60,21 +60,51 @@ def paper_sweeps(quick: bool = False) -> list[Sweep]:
     """
     if quick:
         return [
-            Sweep("ionodes", "I/O nodes (RB=0.1, RL=0.1)", "n_ionodes", (8, 32, 128),
-                  {"busy_ratio": 0.1, "large_ratio": 0.1}),
-            Sweep("busy", "busy I/O node ratio RB (32 I/O nodes, RL=0.1)", "busy_ratio",
-                  (0.1, 0.3, 0.5), {"n_ionodes": 32, "large_ratio": 0.1}),
-            Sweep("large", "large transfer ratio RL (32 I/O nodes, RB=0.1)", "large_ratio",
-                  (0.1, 0.5, 0.9), {"n_ionodes": 32, "busy_ratio": 0.1}),
-        ]  # fmt: skip
+            Sweep(
+                "ionodes",
+                "I/O nodes (RB=0.1, RL=0.1)",
+                "n_ionodes",
+                (8, 32, 128),
+                {"busy_ratio": 0.1, "large_ratio": 0.1},
+            ),
+            Sweep(
+                "busy",
+                "busy I/O node ratio RB (32 I/O nodes, RL=0.1)",
+                "busy_ratio",
+                (0.1, 0.3, 0.5),
+                {"n_ionodes": 32, "large_ratio": 0.1},
+            ),
+            Sweep(
+                "large",
+                "large transfer ratio RL (32 I/O nodes, RB=0.1)",
+                "large_ratio",
+                (0.1, 0.5, 0.9),
+                {"n_ionodes": 32, "busy_ratio": 0.1},
+            ),
+        ]
     return [
-        Sweep("ionodes", "I/O nodes (RB=0.1, RL=0.8)", "n_ionodes", (8, 16, 32, 64, 128),
-              {"busy_ratio": 0.1, "large_ratio": 0.8}),
-        Sweep("busy", "busy I/O node ratio RB (128 I/O nodes, RL=0.1)", "busy_ratio",
-              (0.1, 0.2, 0.3, 0.4, 0.5), {"n_ionodes": 128, "large_ratio": 0.1}),
-        Sweep("large", "large transfer ratio RL (32 I/O nodes, RB=0.1)", "large_ratio",
-              (0.1, 0.3, 0.5, 0.7, 0.9), {"n_ionodes": 32, "busy_ratio": 0.1}),
-    ]  # fmt: skip
+        Sweep(
+            "ionodes",
+            "I/O nodes (RB=0.1, RL=0.8)",
+            "n_ionodes",
+            (8, 16, 32, 64, 128),
+            {"busy_ratio": 0.1, "large_ratio": 0.8},
+        ),
+        Sweep(
+            "busy",
+            "busy I/O node ratio RB (128 I/O nodes, RL=0.1)",
+            "busy_ratio",
+            (0.1, 0.2, 0.3, 0.4, 0.5),
+            {"n_ionodes": 128, "large_ratio": 0.1},
+        ),
+        Sweep(
+            "large",
+            "large transfer ratio RL (32 I/O nodes, RB=0.1)",
+            "large_ratio",
+            (0.1, 0.3, 0.5, 0.7, 0.9),
+            {"n_ionodes": 32, "busy_ratio": 0.1},
+        ),
+    ]
 
 
 @dataclass
@@ -133,12 +163,21 @@ def run_sweep(
                     (plan.throughput, plan.ratio, plan.scheduling_seconds / plan.total_seconds)
                 )
                 res.rows.append(
-                    {"sweep": sweep.name, "x": x, "seed": seed, "policy": p, "transfers": len(ts),
-                     "units": plan.n_units, "makespan": plan.makespan,
-                     "lower_bound": plan.lower_bound, "scheduling_seconds": plan.scheduling_seconds,
-                     "rounds": plan.rounds, "messages": plan.messages,
-                     "throughput": plan.throughput}
-                )  # fmt: skip
+                    {
+                        "sweep": sweep.name,
+                        "x": x,
+                        "seed": seed,
+                        "policy": p,
+                        "transfers": len(ts),
+                        "units": plan.n_units,
+                        "makespan": plan.makespan,
+                        "lower_bound": plan.lower_bound,
+                        "scheduling_seconds": plan.scheduling_seconds,
+                        "rounds": plan.rounds,
+                        "messages": plan.messages,
+                        "throughput": plan.throughput,
+                    }
+                )
                 del plan
                 advance()
         for p in names:
@@ -276,8 +315,17 @@ def kernel_timings(
             oracle = float("inf") if t is None or t > oracle_budget else t
         opts = {"block_size": large_block_size} if get_policy(p).default_block_size else {}
         pl = schedule(large, p, cost=cost, **opts)
-        out.append(Timing(p, pm.n_units, pm.kernel_seconds, oracle, pl.n_units, pl.kernel_seconds,
-                          opts.get("block_size")))  # fmt: skip
+        out.append(
+            Timing(
+                p,
+                pm.n_units,
+                pm.kernel_seconds,
+                oracle,
+                pl.n_units,
+                pl.kernel_seconds,
+                opts.get("block_size"),
+            )
+        )
         del pm, pl
         advance()
     return out, sizes
@@ -291,6 +339,17 @@ def default_names() -> list[str]:
     >>> default_names()[:4]
     ['ecf', 'mwm', 'ms-ecf', 'ms-ml']
     """
-    order = ["ecf", "mwm", "ms-ecf", "ms-ml", "fcfs", "rand", "uar", "hdf",
-             "first-ios", "random-ios", "hash-ios"]  # fmt: skip
+    order = [
+        "ecf",
+        "mwm",
+        "ms-ecf",
+        "ms-ml",
+        "fcfs",
+        "rand",
+        "uar",
+        "hdf",
+        "first-ios",
+        "random-ios",
+        "hash-ios",
+    ]
     return [p for p in order if p in policies()]

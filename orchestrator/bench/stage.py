@@ -163,9 +163,19 @@ def run(
         settle(n_rows * WIDTH * 8)
         _create_baseline(base, fmt, n_rows)
         t0 = time.perf_counter()
-        futures = [cluster.client.submit(_baseline_task, str(base), fmt, r, tasks, n_rows,
-                                         workers=[compute[r % len(compute)]], pure=False)
-                   for r in range(tasks)]  # fmt: skip
+        futures = [
+            cluster.client.submit(
+                _baseline_task,
+                str(base),
+                fmt,
+                r,
+                tasks,
+                n_rows,
+                workers=[compute[r % len(compute)]],
+                pure=False,
+            )
+            for r in range(tasks)
+        ]
         assert sum(cluster.client.gather(futures)) == n_rows
         t_base = time.perf_counter() - t0
         fsync_tree(base) if base.is_dir() else fsync_path(base)  # durable, like a commit
@@ -179,12 +189,21 @@ def run(
         orch = directory / f"orchestrated.{ext}"
         remove_path(orch)
         settle(n_rows * WIDTH * 8)
-        stage = output_stage(_stage_task, target=str(orch), clients=tasks, format=fmt,
-                             policy=policy, stripe_bytes=stripe_bytes)  # fmt: skip
+        stage = output_stage(
+            _stage_task,
+            target=str(orch),
+            clients=tasks,
+            format=fmt,
+            policy=policy,
+            stripe_bytes=stripe_bytes,
+        )
         t0 = time.perf_counter()
-        futures = [cluster.client.submit(stage, 0, r, tasks, n_rows, pure=False,
-                                         workers=[compute[(r + on) % len(compute)]])
-                   for r in range(tasks)]  # fmt: skip
+        futures = [
+            cluster.client.submit(
+                stage, 0, r, tasks, n_rows, pure=False, workers=[compute[(r + on) % len(compute)]]
+            )
+            for r in range(tasks)
+        ]
         cluster.client.gather(futures)
         t_orch = time.perf_counter() - t0
         _check(orch, fmt, n_rows)
@@ -218,8 +237,15 @@ def run(
                     syncs.append(sy)
                     if not r % 2:
                         orchs.append(orchestrated(fmt, ext, n_rows, tasks))
-                rows.append(StageBenchRow(tasks, n_rows * WIDTH * 8, fmt,
-                                          float(np.median(bases)), float(np.median(syncs)),
-                                          float(np.median(orchs))))  # fmt: skip
+                rows.append(
+                    StageBenchRow(
+                        tasks,
+                        n_rows * WIDTH * 8,
+                        fmt,
+                        float(np.median(bases)),
+                        float(np.median(syncs)),
+                        float(np.median(orchs)),
+                    )
+                )
                 advance(f"{fmt}, {nbytes >> 20} MiB, {tasks} tasks")
     return rows

@@ -166,17 +166,26 @@ class BenchRow:
         (of the medians, and of the best repetitions)."""
         nan = float("nan")
         return {
-            "name": self.name, "kind": self.kind, "nbytes": self.nbytes,
-            "seconds": self.median, "best_seconds": self.best, "all_seconds": list(self.seconds),
-            "mb_per_s": self.throughput / 1e6, "ratio_raw": raw.median / self.median,
+            "name": self.name,
+            "kind": self.kind,
+            "nbytes": self.nbytes,
+            "seconds": self.median,
+            "best_seconds": self.best,
+            "all_seconds": list(self.seconds),
+            "mb_per_s": self.throughput / 1e6,
+            "ratio_raw": raw.median / self.median,
             "ratio_h5py": h5.median / self.median if h5 else nan,
             "best_ratio_raw": raw.best / self.best,
             "best_ratio_h5py": h5.best / self.best if h5 else nan,
-            "planned_makespan": self.planned, "realized_makespan": self.realized_makespan,
+            "planned_makespan": self.planned,
+            "realized_makespan": self.realized_makespan,
             "realized_over_planned": self.realized_makespan / self.planned
-            if self.planned == self.planned and self.planned > 0 else float("nan"),
-            "units": self.units, "note": self.note, "peak_held": self.peak_held,
-        }  # fmt: skip
+            if self.planned == self.planned and self.planned > 0
+            else float("nan"),
+            "units": self.units,
+            "note": self.note,
+            "peak_held": self.peak_held,
+        }
 
 
 def _values(spec: DatasetSpec) -> np.ndarray:
@@ -243,9 +252,14 @@ def to_zarr_seconds(cluster: IOCluster, path: Path, spec: DatasetSpec, chunk_row
 
     n_rows, width = spec.shape
     n_blocks = -(-n_rows // chunk_rows)
-    blocks = [da.from_delayed(delayed(_block, pure=True)(i, chunk_rows, n_rows, width),
-                              shape=(min(chunk_rows, n_rows - i * chunk_rows), width),
-                              dtype=np.float64) for i in range(n_blocks)]  # fmt: skip
+    blocks = [
+        da.from_delayed(
+            delayed(_block, pure=True)(i, chunk_rows, n_rows, width),
+            shape=(min(chunk_rows, n_rows - i * chunk_rows), width),
+            dtype=np.float64,
+        )
+        for i in range(n_blocks)
+    ]
     x = da.concatenate(blocks, axis=0)
     with cluster.client.as_current():
         x = x.persist(workers=cluster.compute or None)
@@ -300,15 +314,24 @@ def run(
     width = spec.shape[1]
     # build each contribution on a compute worker, as a workflow's tasks would:
     # the values never pass through this process
-    parts = [cluster.client.submit(contribution, c, rows, width, pure=False,
-                                   workers=[cluster.compute_worker(c)])
-             for c, rows in held]  # fmt: skip
+    parts = [
+        cluster.client.submit(
+            contribution, c, rows, width, pure=False, workers=[cluster.compute_worker(c)]
+        )
+        for c, rows in held
+    ]
     values = _values(spec) if anchors else None
     raw_write_bandwidth(directory, spec.nbytes, data=values)  # warm-up
     os.sync()
     raw0 = raw_write_bandwidth(directory, spec.nbytes, data=values)
-    cost = calibrated_cost(cluster, raw0, min(spec.nbytes, 256 << 20), directory=directory,
-                           fmt=fmt, stripe_bytes=stripe_bytes)  # fmt: skip
+    cost = calibrated_cost(
+        cluster,
+        raw0,
+        min(spec.nbytes, 256 << 20),
+        directory=directory,
+        fmt=fmt,
+        stripe_bytes=stripe_bytes,
+    )
     try:
         import adios2  # noqa: F401
 
@@ -323,45 +346,86 @@ def run(
         return spec.nbytes / raw_write_bandwidth(directory, spec.nbytes, data=values), None
 
     jobs.append(("raw sequential write", "anchor", raw_job))
-    jobs.append(("raw sequential write, O_DIRECT", "anchor",
-                 lambda: (spec.nbytes / raw_write_bandwidth(directory, spec.nbytes, data=values,
-                                                            direct=True), None)))  # fmt: skip
+    jobs.append(
+        (
+            "raw sequential write, O_DIRECT",
+            "anchor",
+            lambda: (
+                spec.nbytes / raw_write_bandwidth(directory, spec.nbytes, data=values, direct=True),
+                None,
+            ),
+        )
+    )
     if values is not None:
-        jobs.append(("h5py, one process", "anchor",
-                     lambda: (h5py_seconds(directory / "anchor.h5", values), None)))  # fmt: skip
-        jobs.append(("dask.array.to_zarr", "anchor",
-                     lambda: (to_zarr_seconds(cluster, directory / "anchor.zarr", spec,
-                                              chunk_rows), None)))  # fmt: skip
+        jobs.append(
+            (
+                "h5py, one process",
+                "anchor",
+                lambda: (h5py_seconds(directory / "anchor.h5", values), None),
+            )
+        )
+        jobs.append(
+            (
+                "dask.array.to_zarr",
+                "anchor",
+                lambda: (
+                    to_zarr_seconds(cluster, directory / "anchor.zarr", spec, chunk_rows),
+                    None,
+                ),
+            )
+        )
         if has_adios:
             bp = directory / "anchor.bp"
-            jobs.append(("ADIOS2 BP5, one process", "anchor",
-                         lambda: (adios2_seconds(bp, values), None)))  # fmt: skip
+            jobs.append(
+                ("ADIOS2 BP5, one process", "anchor", lambda: (adios2_seconds(bp, values), None))
+            )
         # capped at 1 GiB: the bound is a rate, and the probe's arrays land on the I/O workers
         probe = min(spec.nbytes, 1 << 30)
-        jobs.append(("worker-to-worker copy, no write", "bound",
-                     lambda: (spec.nbytes / cluster.ingest_bandwidth(probe, repeats=1),
-                              None)))  # fmt: skip
+        jobs.append(
+            (
+                "worker-to-worker copy, no write",
+                "bound",
+                lambda: (spec.nbytes / cluster.ingest_bandwidth(probe, repeats=1), None),
+            )
+        )
     if fmt == "hdf5":
         # what the device does with pieces of this stage's sizes, written by the compute
         # workers themselves (as direct writes are) with no plan: the bound of any policy
         sizes = stage_pieces(nbytes, n_clients, stripe_bytes)
-        jobs.append(("the stage's pieces, written by the workers, no plan", "bound",
-                     lambda: (pieces_write_seconds(cluster, directory, sizes), None)))  # fmt: skip
+        jobs.append(
+            (
+                "the stage's pieces, written by the workers, no plan",
+                "bound",
+                lambda: (pieces_write_seconds(cluster, directory, sizes), None),
+            )
+        )
 
     def policy_job(p: str, direct: bool = True) -> Callable[[], tuple[float, Any]]:
         def go() -> tuple[float, Any]:
             target = directory / f"write-bench-{p}.{ext}"
-            res = write_stage(target, {spec.name: (spec, parts)}, format=fmt, policy=p,
-                              cluster=cluster, stripe_bytes=stripe_bytes, strategy=strategy,
-                              overwrite=True, cost=cost, window=window or DEFAULT_WINDOW,
-                              direct=direct)  # fmt: skip
+            res = write_stage(
+                target,
+                {spec.name: (spec, parts)},
+                format=fmt,
+                policy=p,
+                cluster=cluster,
+                stripe_bytes=stripe_bytes,
+                strategy=strategy,
+                overwrite=True,
+                cost=cost,
+                window=window or DEFAULT_WINDOW,
+                direct=direct,
+            )
             if gantt_dir is not None:
                 from ..plots import close, realized_gantt
 
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
-                close(realized_gantt(res.plan, tr.unit, tr.ionode, tr.start, tr.end,
-                                     path=gantt_dir / name))  # fmt: skip
+                close(
+                    realized_gantt(
+                        res.plan, tr.unit, tr.ionode, tr.start, tr.end, path=gantt_dir / name
+                    )
+                )
             remove_path(target)
             return res.seconds, res
 
@@ -371,8 +435,13 @@ def run(
         jobs.append((p, "policy", policy_job(p)))
     if policies and get_backend(fmt).direct_writes({}):
         # the same plan with every byte sent to the I/O workers, as between machines
-        jobs.append((f"{policies[0]}, bytes sent to the I/O workers", "policy",
-                     policy_job(policies[0], direct=False)))  # fmt: skip
+        jobs.append(
+            (
+                f"{policies[0]}, bytes sent to the I/O workers",
+                "policy",
+                policy_job(policies[0], direct=False),
+            )
+        )
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     realized: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     plans: dict[str, Any] = {}
@@ -402,11 +471,18 @@ def run(
     peaks = {name: int(res.trace.peak_held.max()) for name, res in last.items()}
     for name, kind, _ in jobs:
         plan = plans.get(name)
-        rows.append(BenchRow(name, kind, tuple(seconds[name]), spec.nbytes,
-                             planned=plan.makespan if plan is not None else float("nan"),
-                             realized=tuple(realized[name]),
-                             units=plan.n_units if plan is not None else 0,
-                             peak_held=peaks.get(name, 0)))  # fmt: skip
+        rows.append(
+            BenchRow(
+                name,
+                kind,
+                tuple(seconds[name]),
+                spec.nbytes,
+                planned=plan.makespan if plan is not None else float("nan"),
+                realized=tuple(realized[name]),
+                units=plan.n_units if plan is not None else 0,
+                peak_held=peaks.get(name, 0),
+            )
+        )
     return rows
 
 

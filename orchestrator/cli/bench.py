@@ -135,8 +135,17 @@ def bench_optimal(
             results.append(optbench.run_family(fam, cm, limit, advance=partial(prog.advance, task)))
     summary = optbench.summarize(results)
     t = Table(title=f"bench optimal ({cm.name} cost model)", title_justify="left")
-    for col in ("family", "policy", "sets", "÷ LB mean", "÷ LB worst", "÷ exact", "pieces",
-                "messages", "sched s"):  # fmt: skip
+    for col in (
+        "family",
+        "policy",
+        "sets",
+        "÷ LB mean",
+        "÷ LB worst",
+        "÷ exact",
+        "pieces",
+        "messages",
+        "sched s",
+    ):
         t.add_column(col, justify="left" if col in ("family", "policy") else "right")
     last = None
     for r in summary:
@@ -145,10 +154,16 @@ def bench_optimal(
         last = r["family"]
         ex = r["ratio_exact_mean"]
         t.add_row(
-            r["family"], r["policy"], str(r["instances"]), f"{r['ratio_mean']:.4f}",
-            f"{r['ratio_max']:.4f}", "-" if ex is None else f"{ex:.4f}", f"{r['pieces']:.0f}",
-            f"{r['messages']:.0f}", f"{r['scheduling_seconds']:.4f}",
-        )  # fmt: skip
+            r["family"],
+            r["policy"],
+            str(r["instances"]),
+            f"{r['ratio_mean']:.4f}",
+            f"{r['ratio_max']:.4f}",
+            "-" if ex is None else f"{ex:.4f}",
+            f"{r['pieces']:.0f}",
+            f"{r['messages']:.0f}",
+            f"{r['scheduling_seconds']:.4f}",
+        )
     console.print(t)
     tg = optbench.targets(results)
     tt = Table(title="targets", title_justify="left")
@@ -201,8 +216,15 @@ def _print_timings(tm: list[Timing], sizes: dict[str, int], budget: float) -> No
         "(block policies cut into 4 MiB pieces there)",
         title_justify="left",
     )
-    for col in ("policy", "medium units", "kernel s", "oracle s", "oracle÷kernel", "large units",
-                "kernel s"):  # fmt: skip
+    for col in (
+        "policy",
+        "medium units",
+        "kernel s",
+        "oracle s",
+        "oracle÷kernel",
+        "large units",
+        "kernel s",
+    ):
         t.add_column(col, justify="right")
     for r in tm:
         if r.oracle_medium is None:
@@ -284,16 +306,29 @@ def write_bench_cmd(
                 raise PolicyError(f"unknown policy {n!r}; choose one of {sorted(policies())}")
         out.mkdir(parents=True, exist_ok=True)
         mem = memory if memory == "auto" else parse_size(memory)
-        with local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl, \
-                progress() as prog:  # fmt: skip
+        with (
+            local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl,
+            progress() as prog,
+        ):
             n_jobs = len(names) + 1 + (4 if anchors else 0)
             task = prog.add_task("write-bench", total=n_jobs * repeat)
             if gantt is not None:
                 gantt.mkdir(parents=True, exist_ok=True)
-            rows = run(cl, out, nbytes, clients, format, names, stripe_bytes, strategy,
-                       advance=lambda msg: prog.update(task, advance=1, description=msg),
-                       gantt_dir=gantt, repeat=repeat, anchors=anchors,
-                       window=win)  # fmt: skip
+            rows = run(
+                cl,
+                out,
+                nbytes,
+                clients,
+                format,
+                names,
+                stripe_bytes,
+                strategy,
+                advance=lambda msg: prog.update(task, advance=1, description=msg),
+                gantt_dir=gantt,
+                repeat=repeat,
+                anchors=anchors,
+                window=win,
+            )
             rss = ionode_peak_rss(cl)
     except USER_ERRORS as e:
         raise fail(str(e)) from None
@@ -301,13 +336,27 @@ def write_bench_cmd(
     raw = next(r for r in rows if r.name == "raw sequential write")
     h5 = next((r for r in rows if r.name.startswith("h5py")), None)
     records = [r.as_dict(raw, h5) for r in rows]
-    (out / "results.json").write_text(json.dumps(
-        {"size": nbytes, "clients": clients, "ionodes": ionodes, "format": format,
-         "strategy": strategy, "stripe_bytes": stripe_bytes, "repeat": repeat,
-         "window": win_bytes, "ionode_peak_rss": rss, "rows": records}, indent=2))  # fmt: skip
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "size": nbytes,
+                "clients": clients,
+                "ionodes": ionodes,
+                "format": format,
+                "strategy": strategy,
+                "stripe_bytes": stripe_bytes,
+                "repeat": repeat,
+                "window": win_bytes,
+                "ionode_peak_rss": rss,
+                "rows": records,
+            },
+            indent=2,
+        )
+    )
     with open(out / "results.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[k for k in records[0] if k != "all_seconds"],
-                           extrasaction="ignore")  # fmt: skip
+        w = csv.DictWriter(
+            fh, fieldnames=[k for k in records[0] if k != "all_seconds"], extrasaction="ignore"
+        )
         w.writeheader()
         w.writerows(records)
     # the settings go on their own unwrapped line: a table title wraps at the table's width
@@ -317,8 +366,20 @@ def write_bench_cmd(
         soft_wrap=True,
     )
     t = Table()
-    for col in ("row", "units", "s", "best s", "MB/s", "÷ raw", "÷ h5py", "best ÷ raw",
-                "best ÷ h5py", "planned s", "realized s", "realized ÷ planned"):  # fmt: skip
+    for col in (
+        "row",
+        "units",
+        "s",
+        "best s",
+        "MB/s",
+        "÷ raw",
+        "÷ h5py",
+        "best ÷ raw",
+        "best ÷ h5py",
+        "planned s",
+        "realized s",
+        "realized ÷ planned",
+    ):
         t.add_column(col, justify="right")
     for r, rec in zip(rows, records, strict=True):
         planned = rec["planned_makespan"] == rec["planned_makespan"]
@@ -391,8 +452,9 @@ def bench_idg(
             n_real = 3 if real is not None else 0
             task = prog.add_task("Table 4", total=n_real + len(gen) * len(parts))
             step = partial(prog.update, task, advance=1)
-            rows = table4(real, generated=gen, parts=parts, seed=seed,
-                          advance=lambda m: step(description=m))  # fmt: skip
+            rows = table4(
+                real, generated=gen, parts=parts, seed=seed, advance=lambda m: step(description=m)
+            )
             timing = None
             if kernel_nodes:
                 prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
@@ -406,18 +468,34 @@ def bench_idg(
         "ours beside the paper's",
         title_justify="left",
     )
-    for col in ("mesh", "nodes", "K", "shared h1 / h2", "METIS", "paper METIS", "IDG halo 1",
-                "IDG halo 2", "paper IDG"):  # fmt: skip
+    for col in (
+        "mesh",
+        "nodes",
+        "K",
+        "shared h1 / h2",
+        "METIS",
+        "paper METIS",
+        "IDG halo 1",
+        "IDG halo 2",
+        "paper IDG",
+    ):
         t.add_column(col, justify="right")
 
     def pair(x: tuple[float, ...] | None, i: int = 0) -> str:
         return "-" if x is None else f"{x[i]:,.1f} / {x[i + 1]:,.1f}"
 
     for r in rows:
-        t.add_row(r.mesh, f"{r.nodes:,}", str(r.parts),
-                  " / ".join(f"{100 * r.shared[h]:.1f} %" for h in sorted(r.shared)),
-                  pair(r.metis), pair(r.paper), pair(r.idg.get(1)), pair(r.idg.get(2)),
-                  pair(r.paper, 2))  # fmt: skip
+        t.add_row(
+            r.mesh,
+            f"{r.nodes:,}",
+            str(r.parts),
+            " / ".join(f"{100 * r.shared[h]:.1f} %" for h in sorted(r.shared)),
+            pair(r.metis),
+            pair(r.paper),
+            pair(r.idg.get(1)),
+            pair(r.idg.get(2)),
+            pair(r.paper, 2),
+        )
     console.print(t)
     console.print(
         "Generated meshes have the paper's sizes but our own geometry, numbering (Z-order) "
@@ -435,12 +513,24 @@ def bench_idg(
         )
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "table4.json") as tmp:
-        tmp.write_text(json.dumps({
-            "rows": [{**r.__dict__, "idg": {str(h): v for h, v in r.idg.items()},
-                      "shared": {str(h): v for h, v in r.shared.items()}} for r in rows],
-            "kernel": None if timing is None else {**timing.__dict__,
-                                                   "total_seconds": timing.total_seconds},
-        }, indent=2))  # fmt: skip
+        tmp.write_text(
+            json.dumps(
+                {
+                    "rows": [
+                        {
+                            **r.__dict__,
+                            "idg": {str(h): v for h, v in r.idg.items()},
+                            "shared": {str(h): v for h, v in r.shared.items()},
+                        }
+                        for r in rows
+                    ],
+                    "kernel": None
+                    if timing is None
+                    else {**timing.__dict__, "total_seconds": timing.total_seconds},
+                },
+                indent=2,
+            )
+        )
 
 
 def bench_stage(
@@ -478,12 +568,22 @@ def bench_stage(
         from ..bench.stage import run as run_bench
 
         total = len(size_list) * len(task_list) * len(fmt_list)
-        with local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl, \
-                progress() as prog:  # fmt: skip
+        with (
+            local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl,
+            progress() as prog,
+        ):
             task = prog.add_task("bench stage", total=total)
             step = partial(prog.update, task, advance=1)
-            rows = run_bench(cl, out, size_list, task_list, fmt_list, policy=policy,
-                             advance=lambda m: step(description=m), repeat=repeat)  # fmt: skip
+            rows = run_bench(
+                cl,
+                out,
+                size_list,
+                task_list,
+                fmt_list,
+                policy=policy,
+                advance=lambda m: step(description=m),
+                repeat=repeat,
+            )
     except USER_ERRORS as e:
         raise fail(str(e)) from None
     console.print(
@@ -492,15 +592,31 @@ def bench_stage(
         soft_wrap=True,
     )
     t = Table()
-    for col in ("format", "size", "tasks", "baseline s", "+ fsync s", "orchestrated s",
-                "orchestrated MB/s", "baseline ÷ orch.", "baseline+fsync ÷ orch."):  # fmt: skip
+    for col in (
+        "format",
+        "size",
+        "tasks",
+        "baseline s",
+        "+ fsync s",
+        "orchestrated s",
+        "orchestrated MB/s",
+        "baseline ÷ orch.",
+        "baseline+fsync ÷ orch.",
+    ):
         t.add_column(col, justify="right")
     for r in rows:
         mbs = r.nbytes / r.orchestrated_seconds / 1e6
-        t.add_row(r.format, f"{r.nbytes / 2**20:,.0f} MiB", str(r.tasks),
-                  f"{r.baseline_seconds:.2f}", f"{r.baseline_fsync_seconds:.2f}",
-                  f"{r.orchestrated_seconds:.2f}", f"{mbs:,.0f}", f"{r.speedup:.2f}",
-                  f"{r.durable_speedup:.2f}")  # fmt: skip
+        t.add_row(
+            r.format,
+            f"{r.nbytes / 2**20:,.0f} MiB",
+            str(r.tasks),
+            f"{r.baseline_seconds:.2f}",
+            f"{r.baseline_fsync_seconds:.2f}",
+            f"{r.orchestrated_seconds:.2f}",
+            f"{mbs:,.0f}",
+            f"{r.speedup:.2f}",
+            f"{r.durable_speedup:.2f}",
+        )
     console.print(t)
     console.print(
         f"median of {repeat} runs each, after an untimed full-size warm-up; times from "

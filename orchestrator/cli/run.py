@@ -100,30 +100,60 @@ def run_bips3d(
             prog.update(task, description="starting the cluster")
             nbytes = case.n_nodes * load * 8
             raw = raw_write_bandwidth(out, max(nbytes, 8 << 20))
-            with workflow_cluster(cluster, ionodes, io_nodes, shared_nodes, compute_per_node,
-                                  local_directory, announce=err.print) as cl:  # fmt: skip
+            with workflow_cluster(
+                cluster,
+                ionodes,
+                io_nodes,
+                shared_nodes,
+                compute_per_node,
+                local_directory,
+                announce=err.print,
+            ) as cl:
                 n_io = cl.n_ionodes
                 # planning and the auto rule see this machine's link and disk, measured
-                cost = calibrated_cost(cl, raw, max(nbytes, 32 << 20), directory=out,
-                                       fmt=format, stripe_bytes=stripe_bytes)  # fmt: skip
+                cost = calibrated_cost(
+                    cl,
+                    raw,
+                    max(nbytes, 32 << 20),
+                    directory=out,
+                    fmt=format,
+                    stripe_bytes=stripe_bytes,
+                )
                 net = cost.network_bandwidth * n_io
                 total = repeat * (1 if strategy == "sequential" else len(methods))
                 prog.update(task, description="dumping", total=total)
                 results = bips3d.run_methods(
-                    case, cl, out, methods, load=load, repeat=repeat, policy=policy,
-                    strategy=strategy, format=format, stripe_bytes=stripe_bytes, cost=cost,
-                    seed=seed, advance=lambda msg: prog.update(task, advance=1,
-                                                              description=f"dumped {msg}"),
-                )  # fmt: skip
+                    case,
+                    cl,
+                    out,
+                    methods,
+                    load=load,
+                    repeat=repeat,
+                    policy=policy,
+                    strategy=strategy,
+                    format=format,
+                    stripe_bytes=stripe_bytes,
+                    cost=cost,
+                    seed=seed,
+                    advance=lambda msg: prog.update(task, advance=1, description=f"dumped {msg}"),
+                )
     except USER_ERRORS as e:
         raise fail(str(e)) from None
     _report_bips3d(case, results, raw, net, load, policy, format, n_io, stripe_bytes, out)
 
 
 def _report_bips3d(
-    case: object, results: list, raw: float, net: float, load: int, policy: str, fmt: str,
-    ionodes: int, stripe_bytes: int, out: Path,
-) -> None:  # fmt: skip
+    case: object,
+    results: list,
+    raw: float,
+    net: float,
+    load: int,
+    policy: str,
+    fmt: str,
+    ionodes: int,
+    stripe_bytes: int,
+    out: Path,
+) -> None:
     from ..plots import close, interval_map, realized_gantt
     from ..workflows.bips3d import MeshCase
 
@@ -139,26 +169,56 @@ def _report_bips3d(
         soft_wrap=True,
     )
     t = Table()
-    for col in ("assignment", "strategy", "intervals/writer", "avg length", "load balance",
-                "pieces", "planned÷LB", "planned s", "write s", "realized÷planned", "MB/s",
-                "÷ raw disk", "stage s"):  # fmt: skip
+    for col in (
+        "assignment",
+        "strategy",
+        "intervals/writer",
+        "avg length",
+        "load balance",
+        "pieces",
+        "planned÷LB",
+        "planned s",
+        "write s",
+        "realized÷planned",
+        "MB/s",
+        "÷ raw disk",
+        "stage s",
+    ):
         t.add_column(col, justify="right")
     rows = []
     for r in results:
         s = r.stats
-        t.add_row(r.method, r.strategy, f"{s.intervals_per_writer:,.1f}",
-                  f"{s.mean_interval_length:,.1f}", f"{s.load_balance:.3f}", f"{r.pieces:,}",
-                  f"{r.planned_ratio:.3f}", f"{r.planned_makespan:.3f}", f"{r.write_seconds:.3f}",
-                  f"{r.write_seconds / r.planned_makespan:.2f}",
-                  f"{r.write_throughput / 1e6:,.0f}", f"{r.write_throughput / raw:.2f}",
-                  f"{r.stage_seconds:.3f}")  # fmt: skip
-        rows.append({"method": r.method, "strategy": r.strategy, **s.as_dict(),
-                     "pieces": r.pieces, "planned_ratio": r.planned_ratio,
-                     "planned_makespan": r.planned_makespan,
-                     "realized_over_planned": r.write_seconds / r.planned_makespan,
-                     "write_seconds": r.write_seconds, "stage_seconds": r.stage_seconds,
-                     "write_throughput": r.write_throughput, "raw_bandwidth": raw,
-                     "path": str(r.path)})  # fmt: skip
+        t.add_row(
+            r.method,
+            r.strategy,
+            f"{s.intervals_per_writer:,.1f}",
+            f"{s.mean_interval_length:,.1f}",
+            f"{s.load_balance:.3f}",
+            f"{r.pieces:,}",
+            f"{r.planned_ratio:.3f}",
+            f"{r.planned_makespan:.3f}",
+            f"{r.write_seconds:.3f}",
+            f"{r.write_seconds / r.planned_makespan:.2f}",
+            f"{r.write_throughput / 1e6:,.0f}",
+            f"{r.write_throughput / raw:.2f}",
+            f"{r.stage_seconds:.3f}",
+        )
+        rows.append(
+            {
+                "method": r.method,
+                "strategy": r.strategy,
+                **s.as_dict(),
+                "pieces": r.pieces,
+                "planned_ratio": r.planned_ratio,
+                "planned_makespan": r.planned_makespan,
+                "realized_over_planned": r.write_seconds / r.planned_makespan,
+                "write_seconds": r.write_seconds,
+                "stage_seconds": r.stage_seconds,
+                "write_throughput": r.write_throughput,
+                "raw_bandwidth": raw,
+                "path": str(r.path),
+            }
+        )
     console.print(t)
     console.print(
         "every dump was verified row by row after its commit. write s: realized makespan, first "
@@ -175,8 +235,16 @@ def _report_bips3d(
         close(interval_map(writers, case.n_parts, path=out / "interval-map.png", title=title))
     for r in results:
         tr = r.result.trace
-        close(realized_gantt(r.result.plan, tr.unit, tr.ionode, tr.start, tr.end,
-                             path=out / f"gantt-{r.method}.png"))  # fmt: skip
+        close(
+            realized_gantt(
+                r.result.plan,
+                tr.unit,
+                tr.ionode,
+                tr.start,
+                tr.end,
+                path=out / f"gantt-{r.method}.png",
+            )
+        )
     console.print(f"plots and results.json in {out}/")
 
 

@@ -81,8 +81,17 @@ def schedule_cmd(
     t.add_column("metric")
     t.add_column("value", justify="right")
     s = plan.summary()
-    for key in ("transfers", "units", "makespan", "lower_bound", "ratio", "rounds", "messages",
-                "scheduling_seconds", "throughput"):  # fmt: skip
+    for key in (
+        "transfers",
+        "units",
+        "makespan",
+        "lower_bound",
+        "ratio",
+        "rounds",
+        "messages",
+        "scheduling_seconds",
+        "throughput",
+    ):
         v = s[key]
         t.add_row(key, f"{v:.6g}" if isinstance(v, float) else str(v))
     console.print(t)

@@ -93,12 +93,27 @@ def _workflow_command(root: Any, workflow: str) -> Any:
 
 
 def _script(
-    workflow: str, args: list[str], nodes: int, io_nodes: str, ionodes: int | None,
-    shared_nodes: bool | None, compute_per_node: int, local_directory: str | None, time_limit: str,
-    partition: str | None, account: str | None, job_name: str | None, output: str | None,
-    exclusive: bool, sbatch: list[str] | None, check: bool | None, origin: str,
-    workdir: str | None = None, python_bin: str | None = None, root: Any = None,
-) -> str:  # fmt: skip
+    workflow: str,
+    args: list[str],
+    nodes: int,
+    io_nodes: str,
+    ionodes: int | None,
+    shared_nodes: bool | None,
+    compute_per_node: int,
+    local_directory: str | None,
+    time_limit: str,
+    partition: str | None,
+    account: str | None,
+    job_name: str | None,
+    output: str | None,
+    exclusive: bool,
+    sbatch: list[str] | None,
+    check: bool | None,
+    origin: str,
+    workdir: str | None = None,
+    python_bin: str | None = None,
+    root: Any = None,
+) -> str:
     """Check everything that can be checked before submission, then write the script.
 
     ``root`` is the ``iorch`` click command (``ctx.find_root().command`` in a
@@ -160,11 +175,20 @@ def _script(
         f"{compute_per_node} compute worker process(es) each, sharing the node's cores.",
     ]
     return batch_script(
-        ["iorch", "run", workflow, *run_args], nodes=nodes, time_limit=time_limit,
-        partition=partition, account=account, job_name=job_name or f"iorch-{workflow}",
-        output=output, exclusive=exclusive, extra_sbatch=extra, origin=origin, workdir=workdir,
-        python_bin=python_bin, notes=notes,
-    )  # fmt: skip
+        ["iorch", "run", workflow, *run_args],
+        nodes=nodes,
+        time_limit=time_limit,
+        partition=partition,
+        account=account,
+        job_name=job_name or f"iorch-{workflow}",
+        output=output,
+        exclusive=exclusive,
+        extra_sbatch=extra,
+        origin=origin,
+        workdir=workdir,
+        python_bin=python_bin,
+        notes=notes,
+    )
 
 
 _SCRIPT_HELP = """Print a complete, commented batch script running WORKFLOW across the job's nodes.
@@ -211,11 +235,26 @@ def script_cmd(
     try:
         if submitting and not check:
             raise SlurmError("--no-check: submit always checks the partition (sbatch would too)")
-        text = _script(workflow, list(ctx.args), nodes, io_nodes, ionodes, shared_nodes,
-                       compute_per_node, local_directory, time_limit, partition, account,
-                       job_name, output, exclusive, sbatch,
-                       True if submitting else (None if check else False), origin,
-                       root=ctx.find_root().command)  # fmt: skip
+        text = _script(
+            workflow,
+            list(ctx.args),
+            nodes,
+            io_nodes,
+            ionodes,
+            shared_nodes,
+            compute_per_node,
+            local_directory,
+            time_limit,
+            partition,
+            account,
+            job_name,
+            output,
+            exclusive,
+            sbatch,
+            True if submitting else (None if check else False),
+            origin,
+            root=ctx.find_root().command,
+        )
         job = submit(text) if submitting else None
     except (SlurmError, ValueError) as e:
         raise fail(str(e)) from None
@@ -261,8 +300,11 @@ def status_cmd(
     console.print(t)
     if st.done and lines:
         # default output name of our scripts, for a job the controller no longer describes
-        out = Path(st.stdout) if st.stdout else next(iter(Path.cwd().glob(f"*-{job_id}.out")),
-                                                     Path(f"iorch-*-{job_id}.out"))  # fmt: skip
+        out = (
+            Path(st.stdout)
+            if st.stdout
+            else next(iter(Path.cwd().glob(f"*-{job_id}.out")), Path(f"iorch-*-{job_id}.out"))
+        )
         if out.exists():
             tail = out.read_text(errors="replace").splitlines()[-lines:]
             console.print(f"[bold]{out}[/] (last {len(tail)} lines):")

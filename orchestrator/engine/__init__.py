@@ -8,7 +8,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .dispatch import DEFAULT_WINDOW, StageError
+    from .dispatch import StageError
+    from .options import DEFAULT_WINDOW, WriteOptions
     from .program import Batch, Cut, NodeProgram, Program, build_program, unit_ranges
     from .trace import Trace
     from .window import Fetch, Window, Write
@@ -16,10 +17,21 @@ if TYPE_CHECKING:
 # loaded on first use: an I/O worker unpickling engine.worker.run_ionode must not
 # import dispatch (and through it the plan and the scheduling kernels). The
 # function dispatch stays in its module: re-exported here it would shadow it.
-_WHERE = {"DEFAULT_WINDOW": "dispatch", "StageError": "dispatch", "Batch": "program",
-          "Cut": "program", "NodeProgram": "program", "Program": "program",
-          "build_program": "program", "unit_ranges": "program", "Trace": "trace",
-          "Fetch": "window", "Window": "window", "Write": "window"}  # fmt: skip
+_WHERE = {
+    "DEFAULT_WINDOW": "options",
+    "WriteOptions": "options",
+    "StageError": "dispatch",
+    "Batch": "program",
+    "Cut": "program",
+    "NodeProgram": "program",
+    "Program": "program",
+    "build_program": "program",
+    "unit_ranges": "program",
+    "Trace": "trace",
+    "Fetch": "window",
+    "Window": "window",
+    "Write": "window",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -40,6 +52,7 @@ __all__ = [
     "Trace",
     "Window",
     "Write",
+    "WriteOptions",
     "build_program",
     "unit_ranges",
 ]

@@ -19,10 +19,11 @@ from distributed.comm.addressing import get_address_host
 
 from ..cluster import IOCluster, ionode_name
 from ..contributions import Contribution, DatasetSpec
-from ..errors import StageError
+from ..errors import InputError, StageError
 from ..layout import StageTransfers
 from ..plan import Plan
 from ..storage import backend_ref, crc32, fold_crc32, get_backend
+from .options import DEFAULT_WINDOW
 from .program import Program, build_program, unit_ranges
 from .trace import Trace
 from .worker import abort, busy, run_ionode
@@ -31,8 +32,6 @@ __all__ = ["DEFAULT_WINDOW", "StageError", "dispatch", "fill_pieces", "stripes_o
 
 log = logging.getLogger("orchestrator.engine")
 
-#: bytes an I/O worker may hold (fetching, fetched or being written) at once
-DEFAULT_WINDOW = 128 << 20
 #: with ``direct=None``, sources write directly when a stage holds at least this many full
 #: batches per I/O node (measured: ``make demo``'s 6.5 MB per node ran its I/O nodes one
 #: after another when written directly, side by side when sent)
@@ -133,9 +132,13 @@ def _place(
 
 
 def program_of(
-    staged: Staged, plan: Plan, n_ionodes: int, source: np.ndarray, batch_bytes: int,
+    staged: Staged,
+    plan: Plan,
+    n_ionodes: int,
+    source: np.ndarray,
+    batch_bytes: int,
     first_batch_bytes: int,
-) -> Program:  # fmt: skip
+) -> Program:
     """The stage's :class:`Program` (pure: see :mod:`orchestrator.engine.program`).
 
     Examples
@@ -157,12 +160,28 @@ def program_of(
         pt.append(part.piece_transfer + base)
         pc.append(part.piece_client)
     ranges, ptr = unit_ranges(
-        np.concatenate(pd), np.concatenate(po), np.concatenate(pn), np.concatenate(pt),
-        np.concatenate(pc), len(plan.transfers), plan.parent, plan.offset, plan.nbytes,
-    )  # fmt: skip
-    return build_program(ranges, ptr, plan.order, plan.ionode, plan.start, source, n_ionodes,
-                         stripes_of(staged, n_ionodes), batch_bytes=batch_bytes,
-                         first_batch_bytes=first_batch_bytes)  # fmt: skip
+        np.concatenate(pd),
+        np.concatenate(po),
+        np.concatenate(pn),
+        np.concatenate(pt),
+        np.concatenate(pc),
+        len(plan.transfers),
+        plan.parent,
+        plan.offset,
+        plan.nbytes,
+    )
+    return build_program(
+        ranges,
+        ptr,
+        plan.order,
+        plan.ionode,
+        plan.start,
+        source,
+        n_ionodes,
+        stripes_of(staged, n_ionodes),
+        batch_bytes=batch_bytes,
+        first_batch_bytes=first_batch_bytes,
+    )
 
 
 def dispatch(
@@ -211,8 +230,9 @@ def dispatch(
         direct = per_node >= DIRECT_MIN_BATCHES * batch
     direct = direct and not aggregate and get_backend(fmt).direct_writes(info)
     local = direct and all(get_address_host(a) in hosts for a in addrs)
-    program = program_of(staged, plan, cl.n_ionodes, source, batch,
-                         batch if local else min(batch, 2 << 20))  # fmt: skip
+    program = program_of(
+        staged, plan, cl.n_ionodes, source, batch, batch if local else min(batch, 2 << 20)
+    )
     names = [s.name for s in staged.specs]
     row_bytes = [s.row_bytes for s in staged.specs]
     dtypes = [s.dtype.str for s in staged.specs]
@@ -229,13 +249,28 @@ def dispatch(
             for b in node.batches
             for d, c in zip(b.ranges.dataset.tolist(), b.ranges.client.tolist(), strict=True)
         }
-        mine = {dc: k for dc, k in keys.items() if dc in used}  # fmt: skip
+        mine = {dc: k for dc, k in keys.items() if dc in used}
         ref = backend_ref(fmt)
-        writers.append(cl.client.submit(
-            run_ionode, ref, info, node, names, mine, addrs, program.priority[s], row_bytes,
-            dtypes, aggregate, window, node_fills[s], direct, resources={ionode_name(s): 1},
-            pure=False,
-        ))  # fmt: skip
+        writers.append(
+            cl.client.submit(
+                run_ionode,
+                ref,
+                info,
+                node,
+                names,
+                mine,
+                addrs,
+                program.priority[s],
+                row_bytes,
+                dtypes,
+                aggregate,
+                window,
+                node_fills[s],
+                direct,
+                resources={ionode_name(s): 1},
+                pure=False,
+            )
+        )
     try:
         _wait_watching(cl, writers)
         results = cl.client.gather(writers)
@@ -253,9 +288,11 @@ def dispatch(
 
 
 def _complete_fill_only(
-    staged: Staged, program: Program, fills: Sequence[tuple[int, int, int, int]],
+    staged: Staged,
+    program: Program,
+    fills: Sequence[tuple[int, int, int, int]],
     sums: dict[str, str],
-) -> None:  # fmt: skip
+) -> None:
     """Stripes no piece touched hold only fill values: their checksum is the fills' fold."""
 
     for node in program.nodes:
@@ -303,6 +340,8 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
         for f in done:
             if f.status == "error":
                 exc = f.exception()
+                if isinstance(exc, InputError):  # the user's input, found on a worker: say so
+                    raise exc
                 raise StageError(f"dispatch failed: {type(exc).__name__}: {exc}") from exc
         pending = list(not_done)
         if not pending:

@@ -46,8 +46,9 @@ class Ranges:
 
     def take(self, idx: npt.NDArray[np.intp] | slice) -> Ranges:
         """The ranges at ``idx`` (an index array or a slice)."""
-        return Ranges(self.dataset[idx], self.client[idx], self.offset[idx], self.nbytes[idx],
-                      self.unit[idx])  # fmt: skip
+        return Ranges(
+            self.dataset[idx], self.client[idx], self.offset[idx], self.nbytes[idx], self.unit[idx]
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -253,9 +254,10 @@ def build_program(
     counts = np.diff(ptr)
     for s in range(n_ionodes):
         units = order[ionode[order] == s]
-        idx = (np.repeat(ptr[units], counts[units]) +
-               (np.arange(int(counts[units].sum())) -
-                np.repeat(np.cumsum(counts[units]) - counts[units], counts[units])))  # fmt: skip
+        idx = np.repeat(ptr[units], counts[units]) + (
+            np.arange(int(counts[units].sum()))
+            - np.repeat(np.cumsum(counts[units]) - counts[units], counts[units])
+        )
         stream = ranges.take(idx.astype(np.intp))
         pieces = _split_batches(stream.nbytes.tolist(), first_batch_bytes, batch_bytes)
         batches: list[Batch] = []

@@ -53,8 +53,9 @@ class Trace:
         """
         if not self.end.size:
             return 0.0
-        last = max(float(self.end.max()), float(self.flush_end.max()) if self.flush_end.size
-                   else 0.0)  # fmt: skip
+        last = max(
+            float(self.end.max()), float(self.flush_end.max()) if self.flush_end.size else 0.0
+        )
         return last - float(self.start.min())
 
     def ionode_sequence(self, ionode: int) -> npt.NDArray[np.int64]:
@@ -78,15 +79,33 @@ class Trace:
             names = [r["worker"] if b < 0 else r["sources"][b] for b in by.tolist()]
             batch = r.get("batch", np.zeros(u.size, np.int64))
             lo, hi, add = np.minimum.reduceat, np.maximum.reduceat, np.add.reduceat
-            rows.append((u[idx], np.full(idx.size, r["ionode"]), lo(r["start"], idx),
-                         hi(r["end"], idx), add(r["nbytes"], idx), names, lo(batch, idx),
-                         hi(batch, idx)))  # fmt: skip
+            rows.append(
+                (
+                    u[idx],
+                    np.full(idx.size, r["ionode"]),
+                    lo(r["start"], idx),
+                    hi(r["end"], idx),
+                    add(r["nbytes"], idx),
+                    names,
+                    lo(batch, idx),
+                    hi(batch, idx),
+                )
+            )
 
         flush = np.array([r["flush"] for r in results]) if results else np.zeros((0, 2))
         peak = np.array([r.get("peak_held", 0) for r in results], dtype=np.int64)
         if not rows:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
-                       np.zeros(0, np.int64), [], np.zeros(0), np.zeros(0), peak)  # fmt: skip
+            return cls(
+                np.zeros(0, np.int64),
+                np.zeros(0, np.int64),
+                np.zeros(0),
+                np.zeros(0),
+                np.zeros(0, np.int64),
+                [],
+                np.zeros(0),
+                np.zeros(0),
+                peak,
+            )
         t0 = min(float(r[2].min()) for r in rows)
         return cls(
             unit=np.concatenate([r[0] for r in rows]).astype(np.int64),

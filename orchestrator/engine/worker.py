@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..contributions import ContributionError
+from ..contributions import ContributionError, cast_exactly
 from ..directio import contiguous_runs
 from ..errors import StageAborted as Aborted
 from ..files import remove_path
@@ -84,8 +84,13 @@ def _parts(
     nbytes: np.ndarray,
     row_bytes: Sequence[int],
     dtypes: Sequence[str],
+    labels: Sequence[str] = (),
 ) -> list[np.ndarray]:
-    """The bytes of each range, as views of the contributions where no cast is needed."""
+    """The bytes of each range, as views of the contributions where no cast is needed.
+
+    A cast must keep every value (:func:`~orchestrator.contributions.cast_exactly`);
+    ``labels[k]`` names the dataset of contribution ``k`` in its error.
+    """
     which = np.asarray(which, dtype=np.int64)
     offset = np.asarray(offset, dtype=np.int64)
     nbytes = np.asarray(nbytes, dtype=np.int64)
@@ -109,14 +114,18 @@ def _parts(
             ok &= rows[np.clip(hi - 1, 0, rows.size - 1)] == r1 - 1
             if not ok.all():
                 bad = int(np.flatnonzero(~ok)[0])
-                raise ContributionError(f"client {con.client} does not hold all rows "
-                                        f"{int(r0[bad])}..{int(r1[bad]) - 1}")  # fmt: skip
+                raise ContributionError(
+                    f"client {con.client} does not hold all rows {int(r0[bad])}..{int(r1[bad]) - 1}"
+                )
             sources.append(values.reshape(-1).view(np.uint8))
             start[mine] = lo * rb + (offset[mine] - r0 * rb)
         else:  # a cast: convert only the rows each range needs
             chunks, at = [], 0
             for i, a, b in zip(mine.tolist(), r0.tolist(), r1.tolist(), strict=True):
-                raw = np.ascontiguousarray(con.cut(a, b), dtype=dtype).reshape(-1).view(np.uint8)
+                label = f"dataset {labels[k]!r}, " if k < len(labels) else ""
+                what = f"{label}client {con.client}, rows {a}..{b - 1}"
+                exact = cast_exactly(con.cut(a, b), dtype, what)
+                raw = np.ascontiguousarray(exact).reshape(-1).view(np.uint8)
                 chunks.append(raw)
                 start[i] = at + int(offset[i]) - a * rb
                 at += raw.size
@@ -132,6 +141,7 @@ def cut(
     nbytes: np.ndarray,
     row_bytes: Sequence[int],
     dtypes: Sequence[str],
+    labels: Sequence[str] = (),
 ) -> np.ndarray:
     """On a source: copy byte ranges of contributions into one buffer (one Dask message).
 
@@ -148,7 +158,7 @@ def cut(
     >>> cut([con], np.array([0, 0]), np.array([12, 8]), np.array([4, 4]), [4], ["<i4"]).tolist()
     [8, 0, 0, 0, 7, 0, 0, 0]
     """
-    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes)
+    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
     if len(parts) == 1:
         return parts[0]
     if parts and int(np.asarray(nbytes).sum()) >= len(parts) * PACK_BELOW:
@@ -169,6 +179,7 @@ def write_cut(
     dtypes: Sequence[str],
     names: Sequence[str],
     dataset: Sequence[int],
+    labels: Sequence[str] = (),
 ) -> tuple[Any, ...]:
     """On a source on the I/O node's host: write the cut's ranges into the output itself.
 
@@ -194,15 +205,16 @@ def write_cut(
     ...               workers=[source])  # doctest: +SKIP
     """
     _check(info["token"])
-    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes)
+    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
     writer = get_backend(fmt).writer(info, ionode, False)
     try:
         if writer.file_identity() != tuple(identity):
             return ("data", parts)
         if writer.direct == "stripes":  # whole stripes only: the rest goes to the I/O node
             t0 = time.time()
-            pieces = [(names[dataset[i]], int(offset[i]), memoryview(p.data))
-                      for i, p in enumerate(parts)]  # fmt: skip
+            pieces = [
+                (names[dataset[i]], int(offset[i]), memoryview(p.data)) for i, p in enumerate(parts)
+            ]
             stored, rest = writer.store_whole(pieces)  # type: ignore[attr-defined]
             left = [p if r else None for p, r in zip(parts, rest, strict=True)]
             return ("stored", stored, left, t0, time.time())
@@ -318,21 +330,33 @@ def run_ionode(
         # only takes cuts that hold a stripe whole (the others are fetched ahead as usual)
         stripes = writer.direct == "stripes"
         direct_cuts = [
-            {i for i, c in enumerate(b.cuts)
-             if local[c.source] and (not stripes or _holds_a_stripe(writer, names, c))}
+            {
+                i
+                for i, c in enumerate(b.cuts)
+                if local[c.source] and (not stripes or _holds_a_stripe(writer, names, c))
+            }
             for b in node.batches
-        ]  # fmt: skip
+        ]
 
         def submit(b: Batch, i: int, task: Any, *extra: Any) -> Any:
             c = b.cuts[i]
             dcs, which = c.contributions()
             return client.submit(
-                task, *extra, [futures[dc] for dc in dcs], which, c.ranges.offset,
-                c.ranges.nbytes, [row_bytes[d] for d, _ in dcs], [dtypes[d] for d, _ in dcs],
+                task,
+                *extra,
+                [futures[dc] for dc in dcs],
+                which,
+                c.ranges.offset,
+                c.ranges.nbytes,
+                [row_bytes[d] for d, _ in dcs],
+                [dtypes[d] for d, _ in dcs],
                 *((names, c.ranges.dataset) if task is write_cut else ()),
-                workers=[sources[c.source]], allow_other_workers=False,
-                priority=-priority[b.index], pure=False,
-            )  # fmt: skip
+                labels=[names[d] for d, _ in dcs],
+                workers=[sources[c.source]],
+                allow_other_workers=False,
+                priority=-priority[b.index],
+                pure=False,
+            )
 
         def fetch(b: Batch) -> None:
             mine = [i for i in range(len(b.cuts)) if i not in direct_cuts[b.index]]
@@ -407,8 +431,10 @@ def run_ionode(
             for f in held.pop(b.index):
                 f.release()
 
-        fetched = [sum(c.nbytes for i, c in enumerate(b.cuts) if i not in direct_cuts[b.index])
-                   for b in node.batches]  # fmt: skip
+        fetched = [
+            sum(c.nbytes for i, c in enumerate(b.cuts) if i not in direct_cuts[b.index])
+            for b in node.batches
+        ]
         state = Window(fetched, window)
         todo = state.start()
         peak = state.held

@@ -75,8 +75,9 @@ def regularize(row, col, w, n):
 
 
 @njit(cache=True)
-def _augment(r0, row, col, rem, ptr, adj, mate_r, mate_c, start, t, n_real, stamp, seen, dist,
-             par, dq, out):  # fmt: skip
+def _augment(
+    r0, row, col, rem, ptr, adj, mate_r, mate_c, start, t, n_real, stamp, seen, dist, par, dq, out
+):
     """Match free row ``r0`` along the alternating path that cuts the fewest pieces.
 
     A 0-1 breadth-first search over rows: passing through column ``y``
@@ -187,8 +188,25 @@ def bvn(row, col, w, n, lim, n_real):
     if lim == 0:
         return out[1][:0], out[2][:0], out[3][:0], 0
     for r in range(n):
-        if not _augment(r, row, col, rem, ptr, adj, mate_r, mate_c, start, t, n_real, stamp, seen,
-                        dist, par, dq, out):  # fmt: skip
+        if not _augment(
+            r,
+            row,
+            col,
+            rem,
+            ptr,
+            adj,
+            mate_r,
+            mate_c,
+            start,
+            t,
+            n_real,
+            stamp,
+            seen,
+            dist,
+            par,
+            dq,
+            out,
+        ):
             raise ValueError("load matrix is not regular: no perfect matching")
         stamp += 1
     while t < lim:
@@ -209,8 +227,25 @@ def bvn(row, col, w, n, lim, n_real):
             break
         for r in range(n):
             if mate_r[r] < 0:
-                ok = _augment(r, row, col, rem, ptr, adj, mate_r, mate_c, start, t, n_real, stamp,
-                              seen, dist, par, dq, out)  # fmt: skip
+                ok = _augment(
+                    r,
+                    row,
+                    col,
+                    rem,
+                    ptr,
+                    adj,
+                    mate_r,
+                    mate_c,
+                    start,
+                    t,
+                    n_real,
+                    stamp,
+                    seen,
+                    dist,
+                    par,
+                    dq,
+                    out,
+                )
                 stamp += 1
                 if not ok:
                     raise ValueError("load matrix is not regular: no perfect matching")

@@ -89,8 +89,9 @@ def _tree_set(tree, leaf0, i, value):
 
 
 @njit(cache=True)
-def _offer(x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients,
-           side_min):  # fmt: skip
+def _offer(
+    x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients, side_min
+):
     """Slot of x's smallest (completion, id) unit among those it owns, or -1.
 
     x owns a unit when the other endpoint is free no later than x, so

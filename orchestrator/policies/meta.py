@@ -34,8 +34,9 @@ def _split_opt(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any
     align = int_option(options, "align", 1)
     units, order, stats = split_opt_units(ts, cm, min_piece=min_piece, align=align)
     whole = schedule(ts, "ecf", cost=cm)
-    _, end = list_schedule(order, units.client, units.ionode, units.durations,
-                           ts.n_clients, ts.n_ionodes)  # fmt: skip
+    _, end = list_schedule(
+        order, units.client, units.ionode, units.durations, ts.n_clients, ts.n_ionodes
+    )
     info = {"phases": stats["phases"], "decompositions": stats["rounds"]}
     if whole.makespan < float(end.max()):  # cuts cost more than they save here
         return Built(whole.units, whole.order, fields={"options": info | {"fallback": "ecf"}})
@@ -95,9 +96,16 @@ def _exact(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) -
         order, gap, proven = hint.order, 0.0, True
     else:
         order, gap, proven = exact_order(
-            u.client, u.ionode, u.durations, ts.n_clients, ts.n_ionodes, hint.order, limit,
-            seed=seed, lower=hint.lower_bound,
-        )  # fmt: skip
+            u.client,
+            u.ionode,
+            u.durations,
+            ts.n_clients,
+            ts.n_ionodes,
+            hint.order,
+            limit,
+            seed=seed,
+            lower=hint.lower_bound,
+        )
         _, end = list_schedule(order, u.client, u.ionode, u.durations, ts.n_clients, ts.n_ionodes)
         if float(end.max()) > hint.makespan:  # rounding to ticks may cost a hair
             order = hint.order
@@ -140,11 +148,14 @@ def _auto(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) ->
             order, done = _local_search(start, 5000, 64, budget)
             plans.append(
                 dataclasses.replace(
-                    start, order=order, policy="ecf-ls", kind="centralized",
+                    start,
+                    order=order,
+                    policy="ecf-ls",
+                    kind="centralized",
                     kernel_seconds=start.scheduling_seconds + time.perf_counter() - t0,
                     options={"start": start.policy, "evaluated_moves": done},
                 )
-            )  # fmt: skip
+            )
         else:
             plans.append(schedule(ts, name, cost=cm, **(sp_opts if name == "split-opt" else {})))
     best = min(plans, key=lambda p: p.total_seconds)

@@ -149,9 +149,13 @@ def _units_and_order(
     rank = np.empty(parent.size, dtype=np.int64)
     rank[np.lexsort((offset, parent, key))] = np.arange(parent.size)
     keep = decompose.merge_pieces(
-        parent, rank, transfers.client[parent], transfers.ionode[parent],
-        transfers.n_clients, transfers.n_ionodes,
-    )  # fmt: skip
+        parent,
+        rank,
+        transfers.client[parent],
+        transfers.ionode[parent],
+        transfers.n_clients,
+        transfers.n_ionodes,
+    )
     # a merged piece absorbs the pieces after it: sizes summed over each kept run
     run = np.cumsum(keep) - 1
     size = np.bincount(run, weights=size).astype(np.int64)

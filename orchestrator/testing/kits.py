@@ -63,8 +63,9 @@ def transfer_sets(
     n = draw(st.integers(1, max_transfers))
     client = draw(st.lists(st.integers(0, nc - 1), min_size=n, max_size=n))
     ionode = draw(st.lists(st.integers(0, ns - 1), min_size=n, max_size=n))
-    size = draw(st.lists(st.one_of(st.integers(1, 4096), st.integers(1, 300_000)),
-                         min_size=n, max_size=n))  # fmt: skip
+    size = draw(
+        st.lists(st.one_of(st.integers(1, 4096), st.integers(1, 300_000)), min_size=n, max_size=n)
+    )
     return TransferSet(client, ionode, size)
 
 
@@ -138,8 +139,9 @@ class PolicyTests:
 
     def test_a_bad_seed_is_refused(self) -> None:
         with pytest.raises(PolicyError, match="seed"):
-            schedule(TransferSet([0], [0], [10]), self.policy, cost=self.cost, seed=-1,
-                     **self.options)  # fmt: skip
+            schedule(
+                TransferSet([0], [0], [10]), self.policy, cost=self.cost, seed=-1, **self.options
+            )
 
 
 def brute_force_optimum(ts: TransferSet, cost: CostModel) -> float:
@@ -186,8 +188,15 @@ class BackendTests:
     #: dtypes the backend must store exactly
     dtypes: ClassVar[tuple[str, ...]] = ("float64", "int32", "uint8")
 
-    def write(self, target: Path, specs: list[Any], values: list[np.ndarray], n_ionodes: int,
-              stripe_bytes: int, seed: int) -> dict[str, Any]:  # fmt: skip
+    def write(
+        self,
+        target: Path,
+        specs: list[Any],
+        values: list[np.ndarray],
+        n_ionodes: int,
+        stripe_bytes: int,
+        seed: int,
+    ) -> dict[str, Any]:
         """Write ``values`` of ``specs`` into ``target`` through the backend; the manifest."""
         from ..engine.commit import commit
         from ..layout import StripeLayout
@@ -210,8 +219,9 @@ class BackendTests:
                     end = min(off + lay.stripe_bytes, spec.nbytes)
                     cuts = sorted({off, end, *rng.integers(off, end, 3).tolist()})
                     # pieces of whole rows: no writer is asked to split a row
-                    cuts = sorted({off + (c - off) // spec.row_bytes * spec.row_bytes
-                                   for c in cuts} | {end})  # fmt: skip
+                    cuts = sorted(
+                        {off + (c - off) // spec.row_bytes * spec.row_bytes for c in cuts} | {end}
+                    )
                     pieces += [(spec.name, a, raw[a:b]) for a, b in itertools.pairwise(cuts)]
             for i in rng.permutation(len(pieces)):
                 writer.put(*pieces[i])
@@ -228,12 +238,15 @@ class BackendTests:
                     "dtype": spec.dtype.str,
                     "stripe_bytes": lay.stripe_bytes,
                     "n_ionodes": n_ionodes,
-                    "checksums": {k.split(":", 1)[1]: v for k, v in sums.items()
-                                  if k.split(":", 1)[0] == spec.name},
+                    "checksums": {
+                        k.rsplit(":", 1)[1]: v
+                        for k, v in sums.items()
+                        if k.rsplit(":", 1)[0] == spec.name
+                    },
                 }
                 for spec, lay in zip(specs, layouts, strict=True)
             },
-        }  # fmt: skip
+        }
         backend.finish(tmp, manifest)
         commit(tmp, target, overwrite=False)
         return manifest

@@ -187,8 +187,14 @@ def submit(script: str, cwd: str | os.PathLike[str] | None = None) -> str:
     if shutil.which("sbatch") is None:
         raise SlurmError("sbatch is not installed here: cannot submit")
     try:
-        r = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True,
-                           text=True, cwd=cwd, timeout=60)  # fmt: skip
+        r = subprocess.run(
+            ["sbatch", "--parsable"],
+            input=script,
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         raise SlurmUnreachable("sbatch did not answer within 60 s") from None
     if r.returncode != 0:
@@ -211,8 +217,15 @@ class JobStatus:
     @property
     def done(self) -> bool:
         """The job has ended (in any way)."""
-        return self.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
-                                  "SUSPENDED", "REQUEUED", "RESIZING")  # fmt: skip
+        return self.state not in (
+            "PENDING",
+            "RUNNING",
+            "CONFIGURING",
+            "COMPLETING",
+            "SUSPENDED",
+            "REQUEUED",
+            "RESIZING",
+        )
 
 
 def job_status(job_id: str) -> JobStatus:
@@ -252,9 +265,21 @@ def _accounting(job_id: str) -> JobStatus | None:
     if shutil.which("sacct") is None:
         return None
     try:
-        r = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o",
-                            "JobID,State,NodeList,Elapsed,ExitCode"],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        r = subprocess.run(
+            [
+                "sacct",
+                "-j",
+                job_id,
+                "-X",
+                "-n",
+                "-P",
+                "-o",
+                "JobID,State,NodeList,Elapsed,ExitCode",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         return None
     rows = [x.split("|") for x in r.stdout.splitlines() if x.count("|") == 4]

@@ -80,11 +80,22 @@ def jobqueue_cluster(
         check_partition(queue)
     if scheduler_host is None:
         scheduler_host = LOOPBACK if interface == "lo" else socket.gethostname()
-    prologue = [f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH",
-                *job_script_prologue]  # fmt: skip
-    common = {"cores": cores, "memory": memory, "walltime": walltime, "queue": queue,
-              "account": account, "interface": interface, "python": sys.executable,
-              "job_script_prologue": prologue, "processes": 1, **job_kwargs}  # fmt: skip
+    prologue = [
+        f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH",
+        *job_script_prologue,
+    ]
+    common = {
+        "cores": cores,
+        "memory": memory,
+        "walltime": walltime,
+        "queue": queue,
+        "account": account,
+        "interface": interface,
+        "python": sys.executable,
+        "job_script_prologue": prologue,
+        "processes": 1,
+        **job_kwargs,
+    }
     workers: dict[str, dict[str, Any]] = {}
     for k in range(n_ionodes):
         # comma, not space: dask-jobqueue pastes the arguments into the job script unquoted
@@ -93,8 +104,14 @@ def jobqueue_cluster(
         workers[ionode_name(k)] = {"cls": SLURMJob, "options": opts}
     for j in range(n_compute):
         workers[f"compute-{j}"] = {"cls": SLURMJob, "options": dict(common)}
-    sched = {"cls": Scheduler, "options": {"host": scheduler_host, "dashboard": False,
-                                           "dashboard_address": f"{scheduler_host}:0"}}  # fmt: skip
+    sched = {
+        "cls": Scheduler,
+        "options": {
+            "host": scheduler_host,
+            "dashboard": False,
+            "dashboard_address": f"{scheduler_host}:0",
+        },
+    }
     cluster = SpecCluster(workers=workers, scheduler=sched, silence_logs=logging.WARNING)
     client = None
     try:
@@ -162,13 +179,22 @@ def parsl_config(
     for name, val in (("partition", partition), ("account", account)):
         if val is not None and not _NAME.fullmatch(val):
             raise SlurmError(f"{name} {val!r}: letters, digits and . _ + - only")
-    init = (f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
-            f"export {SCHEDULER_ENV}={shlex.quote(scheduler)}; {worker_init}")  # fmt: skip
+    init = (
+        f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
+        f"export {SCHEDULER_ENV}={shlex.quote(scheduler)}; {worker_init}"
+    )
     provider = SlurmProvider(
-        partition=partition, account=account, nodes_per_block=nodes_per_block, init_blocks=1,
-        min_blocks=0, max_blocks=max_blocks, walltime=walltime, exclusive=exclusive,
-        launcher=SrunLauncher(), worker_init=init,
-    )  # fmt: skip
+        partition=partition,
+        account=account,
+        nodes_per_block=nodes_per_block,
+        init_blocks=1,
+        min_blocks=0,
+        max_blocks=max_blocks,
+        walltime=walltime,
+        exclusive=exclusive,
+        launcher=SrunLauncher(),
+        worker_init=init,
+    )
     htex_kw: dict[str, Any] = {"label": "iorch_slurm", "provider": provider}
     if address is not None:
         htex_kw["address"] = address

@@ -137,8 +137,10 @@ def allocation_cluster(
     if shutil.which("srun") is None:
         raise SlurmError("srun is not on PATH inside the allocation")
     host = LOOPBACK if alloc.single_host else socket.gethostname()
-    sched = {"cls": Scheduler, "options": {"host": host, "dashboard": False,
-                                           "dashboard_address": f"{host}:0"}}  # fmt: skip
+    sched = {
+        "cls": Scheduler,
+        "options": {"host": host, "dashboard": False, "dashboard_address": f"{host}:0"},
+    }
     cluster = SpecCluster(workers={}, scheduler=sched, silence_logs=logging.WARNING)
     steps: list[subprocess.Popen[bytes]] = []
     owned = _SrunWorkers(cluster, steps)
@@ -155,8 +157,19 @@ def allocation_cluster(
             io_here = dict(zip(roles.io_hosts, roles.io_workers, strict=True)).get(h, 0)
             threads = max(1, (cpus[h] - io_here) // compute_per_node)
             share = compute_per_node + io_here
-            steps.append(_srun(h, compute_per_node, "compute", base, address, threads, alloc,
-                               share, local_directory))  # fmt: skip
+            steps.append(
+                _srun(
+                    h,
+                    compute_per_node,
+                    "compute",
+                    base,
+                    address,
+                    threads,
+                    alloc,
+                    share,
+                    local_directory,
+                )
+            )
             base += compute_per_node
         client = None
         client = Client(address, timeout=timeout)
@@ -168,16 +181,29 @@ def allocation_cluster(
             client.close()
         owned.close()
         raise
-    log.info("Slurm job %s: scheduler %s, %d I/O workers on %s, %d compute workers on %s",
-             alloc.job_id, address, roles.n_ionodes, ",".join(roles.io_hosts),
-             len(found[1]), ",".join(roles.compute_hosts))  # fmt: skip
+    log.info(
+        "Slurm job %s: scheduler %s, %d I/O workers on %s, %d compute workers on %s",
+        alloc.job_id,
+        address,
+        roles.n_ionodes,
+        ",".join(roles.io_hosts),
+        len(found[1]),
+        ",".join(roles.compute_hosts),
+    )
     return IOCluster(client, found[0], found[1], _owned=owned)
 
 
 def _srun(
-    host: str, ntasks: int, role: str, base: int, address: str, threads: int,
-    alloc: Allocation, share: int, local_directory: str | None,
-) -> subprocess.Popen[bytes]:  # fmt: skip
+    host: str,
+    ntasks: int,
+    role: str,
+    base: int,
+    address: str,
+    threads: int,
+    alloc: Allocation,
+    share: int,
+    local_directory: str | None,
+) -> subprocess.Popen[bytes]:
     mem = alloc.mem_per_node_mb * 2**20 if alloc.mem_per_node_mb else None
     node_cpus = dict(zip(alloc.nodes, alloc.cpus, strict=True))[host]
     # each task gets its threads' CPUs where they fit (sites that bind tasks to
@@ -185,11 +211,25 @@ def _srun(
     # CPUs (I/O workers mostly wait on the disk) share them, overcommitted
     cpus = [f"--cpus-per-task={threads}"] if ntasks * threads <= node_cpus else ["--overcommit"]
     argv = [
-        "srun", "--overlap", *cpus, "--kill-on-bad-exit=0", f"--job-name=iorch-{role}",
-        "--nodes=1", f"--ntasks={ntasks}", f"--ntasks-per-node={ntasks}", f"--nodelist={host}",
-        sys.executable, "-m", "orchestrator.plugins.slurm", "worker", address,
-        f"--role={role}", f"--first={base}", f"--threads={threads}", f"--share={share}",
-    ]  # fmt: skip
+        "srun",
+        "--overlap",
+        *cpus,
+        "--kill-on-bad-exit=0",
+        f"--job-name=iorch-{role}",
+        "--nodes=1",
+        f"--ntasks={ntasks}",
+        f"--ntasks-per-node={ntasks}",
+        f"--nodelist={host}",
+        sys.executable,
+        "-m",
+        "orchestrator.plugins.slurm",
+        "worker",
+        address,
+        f"--role={role}",
+        f"--first={base}",
+        f"--threads={threads}",
+        f"--share={share}",
+    ]
     if mem:
         argv.append(f"--node-memory={mem}")
     if alloc.single_host:
@@ -233,10 +273,20 @@ def _worker_main(argv: Sequence[str]) -> None:
     name = ionode_name(k) if a.role == "io" else f"{a.role}-{k}"
     node_mem = a.node_memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     cmd = [
-        sys.executable, "-m", "distributed.cli.dask_worker", a.scheduler, "--name", name,
-        "--nthreads", str(a.threads), "--memory-limit", str(int(0.9 * node_mem / a.share)),
-        "--no-dashboard", "--death-timeout", "60",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "distributed.cli.dask_worker",
+        a.scheduler,
+        "--name",
+        name,
+        "--nthreads",
+        str(a.threads),
+        "--memory-limit",
+        str(int(0.9 * node_mem / a.share)),
+        "--no-dashboard",
+        "--death-timeout",
+        "60",
+    ]
     host = a.host or socket.gethostname()
     # the HTTP server (health, metrics) runs even without a dashboard: bind it too
     cmd += ["--host", host, "--dashboard-address", f"{host}:0"]
@@ -292,5 +342,6 @@ def workflow_cluster(
     if alloc is None:
         return local_cluster(n_ionodes=ionodes or 4, n_compute=2)
     announce(f"Slurm job {alloc.job_id}: starting Dask workers on {', '.join(alloc.nodes)}")
-    return allocation_cluster(io_nodes, ionodes, shared_nodes, compute_per_node, local_directory,
-                              allocation=alloc)  # fmt: skip
+    return allocation_cluster(
+        io_nodes, ionodes, shared_nodes, compute_per_node, local_directory, allocation=alloc
+    )

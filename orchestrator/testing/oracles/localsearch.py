@@ -39,8 +39,11 @@ def improving_moves(order, client, ionode, d, window: int) -> list[list[int]]:
     better = []
     for j, u in enumerate(path):
         b = order.index(u)
-        near = [k for k in range(b - 1, -1, -1)
-                if client[order[k]] == client[u] or ionode[order[k]] == ionode[u]]  # fmt: skip
+        near = [
+            k
+            for k in range(b - 1, -1, -1)
+            if client[order[k]] == client[u] or ionode[order[k]] == ionode[u]
+        ]
         near = near[: window + 1]
         for i, k in enumerate(near):
             v = order[k]

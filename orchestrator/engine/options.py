@@ -1,0 +1,126 @@
+"""How a write stage writes: one options object, defined once.
+
+:func:`~orchestrator.stage.write_stage`, the decorator
+(:func:`~orchestrator.output_stage`), :func:`~orchestrator.capture` and the
+BIPS3D job all take these; each used to repeat the list of parameters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .. import defaults
+from ..cost import CostModel
+from ..errors import ContributionError, StageError
+
+__all__ = ["DEFAULT_WINDOW", "WriteOptions"]
+
+#: bytes an I/O worker may hold (fetching, fetched or being written) at once
+DEFAULT_WINDOW = 128 << 20
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Format, policy, layout, replicas, safety and engine settings of a write stage.
+
+    Parameters
+    ----------
+    format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
+        Or any registered backend (:func:`~orchestrator.storage.backend_names`).
+    policy : str
+        Scheduling policy (see :func:`orchestrator.policies`).
+    strategy : {"contiguous", "list", "two-phase"}
+        One transfer per contiguous piece; one per (client, I/O node) with a
+        list of pieces; or list transfers that the I/O node aggregates and
+        writes as contiguous runs.
+    stripe_bytes : int
+        Stripe size of the round-robin layout (Zarr rounds it to whole shards).
+    assignment : "owner" or mapping
+        Replica resolution, or a writer array per dataset name.
+    unique, allow_missing : bool
+        See :func:`orchestrator.contributions.gather`.
+    overwrite : bool
+        Replace an existing target (otherwise it is an error). The new output
+        is renamed over the old one; the old one is never deleted first.
+    cost : CostModel, str or None
+        Cost model the policy plans with (a preset name or a calibrated model).
+    seed : int
+        Seed of randomized policies.
+    attrs : mapping, optional
+        Attributes to store, ``{"": {...}}`` for the file / group and
+        ``{dataset: {...}}`` per dataset; JSON values (also kept in the manifest).
+    window : int
+        Bytes each I/O worker may hold at once (data fetched ahead of the
+        write in progress); its memory for the stage is bounded by it.
+    direct : bool or None
+        Let workers on an I/O worker's host write their pieces into its file
+        themselves, batch by batch as that I/O worker orders them, instead of
+        sending the bytes (on one machine this removes the copy between
+        processes). False sends every byte to the I/O workers, as on separate
+        machines; None (the default) writes directly when the stage is large
+        enough to gain (two full batches per I/O node, a quarter of the window
+        each).
+    n_ionodes : int
+        I/O workers of the embedded cluster started when no cluster is given.
+    policy_options : mapping
+        Options of the policy (``block_size``, ``time_limit``, …).
+
+    Examples
+    --------
+    >>> opts = WriteOptions(format="zarr", policy="ecf")
+    >>> opts.updated(overwrite=True, block_size=4096).policy_options
+    {'block_size': 4096}
+    >>> WriteOptions(window=0)
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.StageError: window must be a positive number of bytes, got 0
+    """
+
+    format: str = defaults.FORMAT
+    policy: str = defaults.POLICY
+    strategy: str = defaults.STRATEGY
+    stripe_bytes: int = defaults.STRIPE_BYTES
+    assignment: str | Mapping[str, Any] = "owner"
+    unique: bool = False
+    allow_missing: bool = False
+    overwrite: bool = False
+    cost: CostModel | str | None = None
+    seed: int = 0
+    attrs: Mapping[str, Mapping[str, Any]] | None = None
+    window: int = DEFAULT_WINDOW
+    direct: bool | None = None
+    n_ionodes: int = 4
+    policy_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        w = self.window
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise StageError(f"window must be a positive number of bytes, got {w!r}")
+        if self.direct is not None and not isinstance(self.direct, bool):
+            raise StageError(f"direct must be True, False or None, got {self.direct!r}")
+        for name in ("unique", "allow_missing", "overwrite"):
+            if not isinstance(getattr(self, name), bool | int):
+                raise StageError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.attrs:
+            try:
+                json.dumps(self.attrs)
+            except (TypeError, ValueError) as err:
+                raise ContributionError(f"attrs must hold JSON values: {err}") from None
+
+    def updated(self, **changes: Any) -> WriteOptions:
+        """A copy with ``changes``; names that are not fields become policy options.
+
+        Examples
+        --------
+        >>> WriteOptions().updated(policy="ms-ecf").policy
+        'ms-ecf'
+        """
+        known = {f.name for f in fields(self)}
+        mine = {k: v for k, v in changes.items() if k in known}
+        extra = {k: v for k, v in changes.items() if k not in known}
+        if extra:
+            mine["policy_options"] = {**self.policy_options, **extra}
+        return replace(self, **mine)

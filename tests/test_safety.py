@@ -1,0 +1,129 @@
+"""Nothing lost, nothing let in: what a stage may replace, name, follow or render.
+
+Each test here failed before its fix (issue 14, items 4, 5, 7 and 9).
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+import orchestrator as orc
+from orchestrator.cluster import local_cluster
+from orchestrator.contributions import Contribution, ContributionError, DatasetSpec
+from orchestrator.errors import StorageError
+from orchestrator.files import atomic_path
+from orchestrator.intercept import StageOptions
+from orchestrator.measure import raw_write_bandwidth
+
+FORMATS = ["hdf5", "hdf5-vds", "zarr"]
+SUFFIX = {"hdf5": ".h5", "hdf5-vds": ".h5", "zarr": ".zarr"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(n_ionodes=2, n_compute=2) as cl:
+        orc.set_default_cluster(cl)
+        yield cl
+        orc.set_default_cluster(None)
+
+
+def _one(name="u", n=10):
+    spec = DatasetSpec(name, (n,), "float64")
+    return {name: (spec, [Contribution(0, np.arange(n), np.arange(n, dtype=float))])}
+
+
+# ---------------------------------------------------------------- 4: overwrite replaces checkpoints only
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_overwrite_never_replaces_what_is_not_a_checkpoint(cluster, tmp_path, fmt):
+    folder = tmp_path / f"results{SUFFIX[fmt]}"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    plain = tmp_path / f"plain{SUFFIX[fmt]}"
+    plain.write_text("not a checkpoint")
+    for target in (folder, plain):
+        with pytest.raises(StorageError, match="is not a checkpoint") as err:
+            orc.write_stage(target, _one(), format=fmt, cluster=cluster, overwrite=True)
+        assert str(target) in str(err.value)
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert plain.read_text() == "not a checkpoint"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([folder.name, plain.name])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_overwrite_replaces_a_checkpoint_of_the_same_or_another_format(cluster, tmp_path, fmt):
+    target = tmp_path / f"ck{SUFFIX[fmt]}"
+    orc.write_stage(target, _one(), format=fmt, cluster=cluster)
+    orc.write_stage(target, _one("v"), format=fmt, cluster=cluster, overwrite=True)
+    assert list(orc.open_checkpoint(target)) == ["v"] and orc.verify(target) == []
+
+
+# ---------------------------------------------------------------- 5: names that commit must verify
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dataset_names_with_a_colon_commit_and_verify(cluster, tmp_path, fmt):
+    target = tmp_path / f"c{SUFFIX[fmt]}"
+    datasets = {**_one("a"), **_one("a:b", 12)}
+    orc.write_stage(target, datasets, format=fmt, cluster=cluster, stripe_bytes=16)
+    assert orc.verify(target) == []
+    got = orc.open_checkpoint(target)
+    assert got["a:b"].tolist() == list(range(12)) and got["a"].tolist() == list(range(10))
+
+
+@pytest.mark.parametrize("name", ["a\0b", "tab\there", ".", "..", "new\nline"])
+def test_dataset_names_no_format_can_hold_are_refused(name):
+    with pytest.raises(ContributionError, match="dataset name") as err:
+        DatasetSpec(name, (3,), "f8")
+    assert repr(name) in str(err.value)
+
+
+# ---------------------------------------------------------------- 7: no symlink is followed
+def test_output_files_never_follow_a_planted_symlink(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    pid = os.getpid()
+    for planted in (f".plan.tmp-{pid}.csv", f".raw-bandwidth-{pid}.bin"):
+        (out / planted).symlink_to(outside)
+    with atomic_path(out / "plan.csv") as tmp:
+        tmp.write_text("a,b\n")
+    assert raw_write_bandwidth(out, 1 << 20) > 0
+    assert raw_write_bandwidth(out, 1 << 20, direct=True) > 0
+    assert outside.read_text() == "precious"
+    assert (out / "plan.csv").read_text() == "a,b\n"
+    # written with the permissions a new file gets, not a temporary file's 0600
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (out / "plan.csv").stat().st_mode & 0o777 == 0o666 & ~umask
+    leftovers = {p.name for p in out.iterdir()} - {"plan.csv"}
+    assert leftovers == {f".plan.tmp-{pid}.csv", f".raw-bandwidth-{pid}.bin"}  # only the planted
+
+
+def test_a_failed_atomic_write_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "x.json") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- 9: templates stay in their folder
+@pytest.mark.parametrize(
+    ("template", "step", "message"),
+    [
+        ("ck/{step}.h5", "/../../escaped", "step '/../../escaped' .* a path separator"),
+        ("ck/{step}/u.h5", "..", "step '..' .* leaves"),
+        ("ck/{step}.h5", "a\0b", "step 'a\\\\x00b' .* NUL"),
+        ("ck/{step.__class__.__name__}.h5", 3, "only the plain fields"),
+        ("ck/{step[0]}.h5", "ab", "only the plain fields"),
+        ("ck/{rank}.h5", 3, "only the plain fields"),
+    ],
+)
+def test_target_templates_render_plain_fields_inside_their_folder(template, step, message):
+    with pytest.raises(ContributionError, match=message):
+        StageOptions(target=template).path(step, "save")
+
+
+def test_target_templates_keep_format_specs_and_literal_braces():
+    assert str(StageOptions(target="ck/{name}-{step:03d}.h5").path(7, "save")) == "ck/save-007.h5"
+    assert str(StageOptions(target="ck/{{x}}-{step}.h5").path(1, "s")) == "ck/{x}-1.h5"
+    assert str(StageOptions(target="ck/{step!r}.h5").path("a", "s")) == "ck/'a'.h5"
