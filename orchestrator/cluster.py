@@ -240,6 +240,30 @@ def _total_nbytes(*arrays: Any) -> int:
     return sum(int(a.nbytes) for a in arrays)
 
 
+def _embedded_cluster_class() -> type:
+    """SpecCluster whose nannies are never closed because their worker died.
+
+    SpecCluster closes a worker's nanny if, ``lost-worker-timeout`` (15 s)
+    after the worker left, no worker of that name is registered. Our nannies
+    restart a killed worker at once; but when the same worker dies twice
+    within the timeout, the first death's timer may fire while the second
+    restart is on its way, and the nanny is closed for good (seen in the kill
+    suite: the cluster kept 3 of its 4 workers). Here only the cluster's own
+    scaling or closing stops a nanny.
+    """
+    from distributed import SpecCluster
+    from distributed.deploy.cluster import Cluster
+
+    class EmbeddedCluster(SpecCluster):
+        def _update_worker_status(self, op: str, msg: Any) -> None:
+            if op == "remove":  # Cluster's bookkeeping, without SpecCluster's timer
+                Cluster._update_worker_status(self, op, msg)
+                return
+            super()._update_worker_status(op, msg)
+
+    return EmbeddedCluster
+
+
 def local_cluster(
     n_ionodes: int = 4,
     n_compute: int = 2,
@@ -262,7 +286,7 @@ def local_cluster(
     ...     cl.ionodes
     ['tcp://127.0.0.1:...', 'tcp://127.0.0.1:...']
     """
-    from distributed import Client, Nanny, Scheduler, SpecCluster
+    from distributed import Client, Nanny, Scheduler
 
     if n_ionodes < 1 or n_compute < 0:
         raise ClusterError(f"need n_ionodes >= 1 and n_compute >= 0, got {n_ionodes}, {n_compute}")
@@ -294,7 +318,9 @@ def local_cluster(
         "cls": Scheduler,
         "options": {"host": LOOPBACK, "dashboard": False, "dashboard_address": f"{LOOPBACK}:0"},
     }
-    cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
+    cluster = _embedded_cluster_class()(
+        workers=workers, scheduler=scheduler, silence_logs=logging.WARNING
+    )
     try:
         client = Client(cluster)
         client.wait_for_workers(n_ionodes + n_compute, timeout=120)

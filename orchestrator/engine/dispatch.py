@@ -116,11 +116,17 @@ def _place(
     by_worker: dict[str, list[tuple[tuple[int, int], Contribution]]] = {}
     for dc, con in local:
         by_worker.setdefault(cl.compute_worker(dc[1]), []).append((dc, con))
-    for addr, items in by_worker.items():
-        # a list, not the objects: scatter treats dicts and tuples specially
-        futs = client.scatter([c for _, c in items], workers=[addr], hash=False)
-        futures.update({dc: f for (dc, _), f in zip(items, futs, strict=True)})
-    where = client.who_has(list(futures.values()))
+    try:
+        for addr, items in by_worker.items():
+            # a list, not the objects: scatter treats dicts and tuples specially
+            futs = client.scatter([c for _, c in items], workers=[addr], hash=False)
+            futures.update({dc: f for (dc, _), f in zip(items, futs, strict=True)})
+        where = client.who_has(list(futures.values()))
+    except Exception as err:  # a worker that died under the scatter: say which
+        died = _died(cl, set(cl.compute) | set(by_worker), 0.5)
+        if died is None:
+            raise
+        raise StageError(died) from err
     addrs = sorted({a for holders in where.values() for a in holders})
     source = np.zeros((len(datasets), max(n_clients, 1)), dtype=np.int64)
     for dc, f in futures.items():
@@ -324,10 +330,10 @@ def stop(cl: IOCluster, token: str, timeout: float = 30.0) -> None:
 
 
 def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None:
-    """Wait for ``futures``; fail fast if an I/O worker disappears or a task errs."""
+    """Wait for ``futures``; fail fast, saying who died, if a worker disappears or a task errs."""
     from distributed import wait
 
-    start_workers = set(cl.ionodes)
+    watched = set(cl.ionodes) | set(cl.compute)
     pending = list(futures)
     while pending:
         try:
@@ -338,24 +344,44 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
             done = {f for f in pending if f.done()}
             not_done = {f for f in pending if not f.done()}
         for f in done:
-            if f.status == "error":
-                exc = f.exception()
+            if f.status in ("error", "cancelled"):
+                exc = f.exception() if f.status == "error" else None
                 if isinstance(exc, InputError):  # the user's input, found on a worker: say so
                     raise exc
-                raise StageError(f"dispatch failed: {type(exc).__name__}: {exc}") from exc
+                # a task cancelled or failing because a worker died: name the worker
+                died = _died(cl, watched, poll)
+                if died:
+                    raise StageError(died) from exc
+                what = f"{type(exc).__name__}: {exc}" if exc is not None else "a task was cancelled"
+                raise StageError(f"dispatch failed: {what}") from exc
         pending = list(not_done)
         if not pending:
             break
-        lost = start_workers - _live_workers(cl)
-        if lost:  # ask again: a worker is lost only if it is gone twice in a row
-            time.sleep(poll)
-            lost &= start_workers - _live_workers(cl)
-        if lost:
-            names = ", ".join(f"{ionode_name(cl.ionodes.index(a))} ({a})" for a in sorted(lost))
-            raise StageError(
-                f"I/O worker {names} died during dispatch; the stage was aborted and its "
-                "temporary output removed"
-            )
+        died = _died(cl, set(cl.ionodes), poll)
+        if died:
+            raise StageError(died)
+
+
+def _died(cl: IOCluster, watched: set[str], poll: float) -> str | None:
+    """Which of ``watched`` died, said for a user; None if all live.
+
+    A worker is lost only if it is gone twice in a row (``poll`` apart)."""
+    lost = watched - _live_workers(cl)
+    if lost:
+        time.sleep(poll)
+        lost &= watched - _live_workers(cl)
+    if not lost:
+        return None
+    names = []
+    for a in sorted(lost):
+        if a in cl.ionodes:
+            names.append(f"I/O worker {ionode_name(cl.ionodes.index(a))} ({a})")
+        else:
+            names.append(f"compute worker {a} (the contributions it held are lost)")
+    return (
+        f"{'; '.join(names)} died during dispatch; the stage was aborted and its "
+        "temporary output removed"
+    )
 
 
 def _live_workers(cl: IOCluster) -> set[str]:
