@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
-from .storage import StorageError, format_of, get_backend
+from .storage import read_checked_manifest
 
 __all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
 
@@ -56,17 +56,7 @@ class Checkpoint:
 
 
 def _manifest(path: Path) -> dict[str, Any]:
-    try:
-        manifest: dict[str, Any] = get_backend(format_of(path)).read_manifest(path)
-    except StorageError as err:
-        raise CheckpointError(str(err)) from None
-    except Exception as err:  # a foreign or truncated file: h5py / zarr / json errors
-        raise CheckpointError(
-            f"{path}: not a checkpoint written by io-orchestrator ({err})"
-        ) from None
-    if not isinstance(manifest, dict) or "datasets" not in manifest:
-        raise CheckpointError(f"{path}: no manifest (not a committed checkpoint)")
-    return manifest
+    return read_checked_manifest(path)
 
 
 def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: bool = False) -> Any:
@@ -117,30 +107,48 @@ def _natural_key(path: str) -> tuple[Any, ...]:
     return tuple(int(p) if p.isdigit() else p for p in parts)
 
 
-def latest_checkpoint(pattern: str | os.PathLike[str], verify: bool = False) -> Checkpoint | None:
+def latest_checkpoint(
+    pattern: str | os.PathLike[str],
+    verify: bool = False,
+    skipped: list[tuple[Path, str]] | None = None,
+) -> Checkpoint | None:
     """The newest complete checkpoint matching a glob ``pattern``, or ``None``.
 
     "Newest" is the largest number in the name (``step12`` after ``step9``),
     then the modification time. Temporary names of stages in progress,
-    foreign files and (with ``verify``) checkpoints whose stripes no longer
-    match their manifest are skipped.
+    foreign files, dangling links, damaged manifests and (with ``verify``)
+    checkpoints whose stripes no longer match their manifest are skipped:
+    a restart takes the newest good one. Pass a list as ``skipped`` to learn
+    which candidates were passed over, and why.
 
     Examples
     --------
     >>> latest_checkpoint("/nonexistent/step*.h5") is None
     True
     """
+
+    def mtime(p: str) -> float:
+        try:
+            return os.path.getmtime(p)
+        except OSError:  # a dangling link: it sorts, and is skipped below
+            return 0.0
+
     candidates = [p for p in glob.glob(os.fspath(pattern)) if not Path(p).name.startswith(".")]
-    candidates.sort(key=lambda p: (_natural_key(p), os.path.getmtime(p)), reverse=True)
+    candidates.sort(key=lambda p: (_natural_key(p), mtime(p)), reverse=True)
     from .stage import verify as check
 
     for p in candidates:
         path = Path(p)
         try:
             manifest = _manifest(path)
-            if verify and check(path):
-                continue
-        except (StorageError, OSError):
+            bad = check(path) if verify else []
+        except Exception as err:  # damaged in any way h5py, zarr or we can tell: next one
+            if skipped is not None:
+                skipped.append((path, str(err)))
+            continue
+        if bad:
+            if skipped is not None:
+                skipped.append((path, f"{len(bad)} problem(s): {bad[0]}"))
             continue
         m = re.findall(r"\d+", path.stem)
         return Checkpoint(path, manifest, int(m[-1]) if m else None)

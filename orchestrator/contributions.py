@@ -51,7 +51,18 @@ class DatasetSpec:
             raise ContributionError(
                 f"dataset name {name!r} is reserved (., .. and names starting with __ in Zarr)"
             )
-        shape = tuple(int(x) for x in self.shape)
+        try:
+            given = tuple(self.shape)
+        except TypeError:
+            raise ContributionError(
+                f"dataset {name!r}: shape {self.shape!r} is not a sequence of whole numbers"
+            ) from None
+        for x in given:  # int() would truncate 10.7 to 10
+            if isinstance(x, bool) or not isinstance(x, int | np.integer):
+                raise ContributionError(
+                    f"dataset {name!r}: shape {self.shape!r}: {x!r} is not a whole number"
+                )
+        shape = tuple(int(x) for x in given)
         if len(shape) < 1 or any(x < 0 for x in shape) or shape[0] < 1:
             raise ContributionError(
                 f"dataset {self.name!r}: shape {self.shape!r} needs n_rows >= 1"

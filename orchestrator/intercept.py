@@ -118,6 +118,8 @@ def render_target(template: str, **values: Any) -> Path:
                 + " may be used"
             )
         value = values[key]
+        if value is None:
+            raise bad(f"{key} is None; give it a value (a number or a name)")
         try:
             convert: dict[str, Callable[[Any], str]] = {"r": repr, "s": str, "a": ascii}
             shown = convert[conversion](value) if conversion else value

@@ -30,6 +30,7 @@ from .engine.options import WriteOptions
 from .engine.trace import Trace
 from .files import remove_path
 from .layout import StripeLayout, derive_transfers
+from .limits import check_disk
 from .plan import Plan
 from .policies import get_policy, schedule
 from .storage import (
@@ -38,6 +39,7 @@ from .storage import (
     format_of,
     get_backend,
     is_checkpoint,
+    read_checked_manifest,
     stripe_checksum,
 )
 from .transfers import TransferSet
@@ -297,6 +299,10 @@ def write_stage(
             raise ContributionError(
                 f"attrs: {where!r} is not a dataset of this stage ({sorted(datasets)})"
             )
+    total = sum(spec.nbytes for spec, _ in datasets.values() if isinstance(spec, DatasetSpec))
+    check_disk(
+        target.parent, total, f"the datasets of {target.name} ({len(datasets)})", StorageError
+    )
     own = cluster is None
     cl = local_cluster(n_ionodes=opts.n_ionodes, n_compute=2) if cluster is None else cluster
     if not own:
@@ -454,11 +460,11 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     >>> verify("no-such-checkpoint.h5")
     Traceback (most recent call last):
     ...
-    orchestrator.errors.StorageError: no-such-checkpoint.h5 does not exist
+    orchestrator.errors.CheckpointError: no-such-checkpoint.h5 does not exist
     """
     path = Path(path)
+    manifest = read_checked_manifest(path)  # a malformed manifest is a CheckpointError
     backend = get_backend(format_of(path))
-    manifest = backend.read_manifest(path)
     bad = []
     for name, ds in manifest["datasets"].items():
         spec = DatasetSpec(name, tuple(ds["shape"]), np.dtype(ds["dtype"]))
@@ -466,9 +472,21 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
         n_stripes = -(-spec.nbytes // sb)
         if len(ds["checksums"]) != n_stripes:
             bad.append(f"{name}: manifest lists {len(ds['checksums'])} of {n_stripes} stripes")
+        unreadable = 0
         for off_text, want in ds["checksums"].items():
             off = int(off_text)
-            got = stripe_checksum(backend.read_bytes(path, name, off, min(sb, spec.nbytes - off)))
+            try:
+                data = backend.read_bytes(path, name, off, min(sb, spec.nbytes - off))
+            except Exception as err:  # gone, truncated, undecodable: h5py/zarr each raise theirs
+                unreadable += 1
+                if unreadable == 1:
+                    bad.append(
+                        f"{name}: stripe at byte {off} cannot be read ({type(err).__name__}: {err})"
+                    )
+                continue
+            got = stripe_checksum(data)
             if got != want:
                 bad.append(f"{name}: stripe at byte {off}: checksum {got}, manifest says {want}")
+        if unreadable > 1:
+            bad.append(f"{name}: {unreadable} stripes in all cannot be read")
     return bad

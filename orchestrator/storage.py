@@ -14,10 +14,10 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .contributions import DatasetSpec
-from .errors import OrchestratorError, StorageError
+from .errors import CheckpointError, OrchestratorError, StorageError
 from .layout import StripeLayout
 
 __all__ = [
@@ -28,10 +28,12 @@ __all__ = [
     "Writer",
     "backend_names",
     "backend_ref",
+    "check_manifest",
     "fold_crc32",
     "format_of",
     "get_backend",
     "is_checkpoint",
+    "read_checked_manifest",
     "register_backend",
     "stripe_checksum",
     "stripe_meta",
@@ -558,6 +560,107 @@ def _guess(backend: Backend, path: Path) -> bool:
         return bool(backend.guess_can_open(path))
     except Exception:  # a third party's guess that fails is a no
         return False
+
+
+def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
+    """``manifest`` if its datasets are well formed, else :class:`CheckpointError` naming
+    the field and its value.
+
+    Checked: ``datasets`` maps at least one name to a ``shape`` (whole numbers,
+    at least one row), a ``dtype`` NumPy knows, a ``stripe_bytes`` of at least
+    one byte and ``checksums`` mapping byte offsets (whole numbers, on stripe
+    starts, inside the dataset) to 8 hex digits. What the checksums say of the
+    bytes is :func:`~orchestrator.stage.verify`'s job.
+
+    Examples
+    --------
+    >>> m = {"datasets": {"u": {"shape": [4], "dtype": "<f8", "stripe_bytes": 16,
+    ...                         "checksums": {"0": "0badcafe", "16": "00000000"}}}}
+    >>> check_manifest(m, "ck.h5") is m
+    True
+    >>> check_manifest({"datasets": {"u": {**m["datasets"]["u"], "stripe_bytes": 0}}}, "ck.h5")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.CheckpointError: ck.h5: manifest field datasets.u.stripe_bytes is 0; ...
+    """
+    import numpy as np
+
+    def bad(field: str, value: Any, want: str) -> CheckpointError:
+        return CheckpointError(f"{where}: manifest field {field} is {value!r}; expected {want}")
+
+    def whole(x: Any) -> TypeGuard[int]:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not isinstance(manifest, dict):
+        raise CheckpointError(
+            f"{where}: the manifest is a {type(manifest).__name__}, not a mapping"
+        )
+    datasets = manifest.get("datasets")
+    if not isinstance(datasets, dict) or not datasets:
+        raise bad("datasets", datasets, "a mapping of at least one dataset")
+    for name, ds in datasets.items():
+        at = f"datasets.{name}"
+        if not isinstance(ds, dict):
+            raise bad(at, ds, "a mapping")
+        shape = ds.get("shape")
+        if not isinstance(shape, list) or not shape or not all(whole(x) and x >= 0 for x in shape):
+            raise bad(f"{at}.shape", shape, "a list of whole numbers >= 0")
+        if shape[0] < 1:
+            raise bad(f"{at}.shape", shape, "at least one row")
+        try:
+            dtype = np.dtype(ds.get("dtype"))
+        except (TypeError, ValueError):
+            raise bad(f"{at}.dtype", ds.get("dtype"), "a NumPy dtype") from None
+        if dtype.hasobject or ds.get("dtype") is None:
+            raise bad(f"{at}.dtype", ds.get("dtype"), "a NumPy dtype of plain values")
+        stripe = ds.get("stripe_bytes")
+        if not whole(stripe) or stripe < 1:
+            raise bad(f"{at}.stripe_bytes", stripe, "a whole number of bytes >= 1")
+        checksums = ds.get("checksums")
+        if not isinstance(checksums, dict):
+            raise bad(f"{at}.checksums", checksums, "a mapping of byte offsets to checksums")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        for off, crc in checksums.items():
+            if (
+                not (isinstance(off, str) and off.isdigit())
+                or int(off) % stripe
+                or (int(off) >= max(nbytes, 1))
+            ):
+                raise bad(f"{at}.checksums", off, f"stripe offsets (multiples of {stripe})")
+            if (
+                not isinstance(crc, str)
+                or len(crc) != 8
+                or not all(c in "0123456789abcdef" for c in crc)
+            ):
+                raise bad(f"{at}.checksums[{off}]", crc, "8 hex digits")
+    return manifest
+
+
+def read_checked_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of the committed target at ``path``, checked (:func:`check_manifest`).
+
+    Whatever is wrong — not ours, truncated, unreadable, a malformed manifest —
+    is a :class:`CheckpointError` that says so.
+
+    Examples
+    --------
+    >>> read_checked_manifest("no/such.h5")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.CheckpointError: no/such.h5 does not exist
+    """
+    path = Path(path)
+    try:
+        manifest = get_backend(format_of(path)).read_manifest(path)
+    except CheckpointError:
+        raise
+    except StorageError as err:
+        raise CheckpointError(str(err)) from None
+    except Exception as err:  # a damaged file: h5py, zarr and json each raise their own
+        raise CheckpointError(
+            f"{path}: unreadable manifest ({type(err).__name__}: {err})"
+        ) from None
+    return check_manifest(manifest, str(path))
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:

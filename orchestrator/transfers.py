@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy.typing as npt
 
 from .errors import TransferSetError
 from .files import atomic_path
+from .limits import check_memory
 
 __all__ = ["TransferSet", "TransferSetError"]
 
@@ -21,6 +23,9 @@ __all__ = ["TransferSet", "TransferSetError"]
 INT64_MAX = int(np.iinfo(np.int64).max)
 #: Largest client / I/O-node count: kernels keep per-node arrays.
 MAX_NODES = 2**31 - 1
+_INTEGER = re.compile(r"-?[0-9]+")
+#: memory a plan keeps per client or I/O node (a few int64/float64 arrays in the kernels)
+BYTES_PER_NODE = 128
 
 
 def _bad(name: str, value: Any, i: int, what: str) -> TransferSetError:
@@ -138,6 +143,14 @@ class TransferSet:
             raise TransferSetError("column 'nbytes': the total exceeds 2**63 - 1 bytes")
         nc = _count("n_clients", "client", c, n_clients)
         ns = _count("n_ionodes", "ionode", s, n_ionodes)
+        # ids are dense: every policy keeps arrays per client and per I/O node, so one
+        # huge id (a typo, a hash) would ask for memory in proportion to it
+        check_memory(
+            (nc + ns) * BYTES_PER_NODE,
+            f"{nc:,} clients (largest client id {int(c.max())}) and {ns:,} I/O nodes "
+            f"(largest I/O node id {int(s.max())})",
+            TransferSetError,
+        )
         for col in (c, s, b):
             col.setflags(write=False)
         object.__setattr__(self, "client", c)
@@ -234,17 +247,25 @@ class TransferSet:
                     f"{path}: header {header} lacks column(s) {missing}; "
                     "expected 'client,ionode,nbytes'"
                 )
+            repeated = sorted({h for h in header if header.count(h) > 1})
+            if repeated:
+                raise TransferSetError(f"{path}: header {header} repeats column(s) {repeated}")
             for row in reader:
                 lines.append(reader.line_num)
+                if None in row:  # DictReader files fields beyond the header under None
+                    raise TransferSetError(
+                        f"{path}, line {reader.line_num}: {len(row[None])} field(s) more than "
+                        f"the header's {len(header)}: {row[None]!r}"
+                    )
                 for k in cols:
                     text = (row[k] or "").strip()
-                    try:
-                        cols[k].append(int(text))
-                    except ValueError:
+                    # ASCII digits only: int() would also take '1_000' and full-width digits
+                    if not _INTEGER.fullmatch(text):
                         raise TransferSetError(
                             f"{path}, line {reader.line_num}: column {k!r} value {text!r} "
                             "is not an integer"
-                        ) from None
+                        )
+                    cols[k].append(int(text))
         try:
             return cls(cols["client"], cols["ionode"], cols["nbytes"], **kwargs)
         except TransferSetError as err:

@@ -127,3 +127,32 @@ def test_target_templates_keep_format_specs_and_literal_braces():
     assert str(StageOptions(target="ck/{name}-{step:03d}.h5").path(7, "save")) == "ck/save-007.h5"
     assert str(StageOptions(target="ck/{{x}}-{step}.h5").path(1, "s")) == "ck/{x}-1.h5"
     assert str(StageOptions(target="ck/{step!r}.h5").path("a", "s")) == "ck/'a'.h5"
+
+
+# ---------------------------------------------------------------- 13: inputs accepted silently before
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("client,ionode,nbytes\n0,0,1_000\n", "value '1_000' is not an integer"),
+        ("client,ionode,nbytes\n0,0,\uff11\uff12\n", "is not an integer"),
+        ("client,ionode,nbytes\n0,0,10,7\n", "1 field(s) more than the header's 3"),
+        ("client,ionode,nbytes,nbytes\n0,0,10,7\n", "repeats column(s) ['nbytes']"),
+    ],
+)
+def test_transfer_csv_takes_plain_integers_only(tmp_path, text, message):
+    path = tmp_path / "t.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(orc.TransferSetError) as err:
+        orc.TransferSet.from_csv(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("shape", [(10.7, 3), (True, 3), ("10", 3), 5.0])
+def test_dataset_shapes_are_whole_numbers_not_truncated(shape):
+    with pytest.raises(ContributionError, match="shape"):
+        DatasetSpec("u", shape, "f8")
+
+
+def test_a_step_key_of_none_is_refused():
+    with pytest.raises(ContributionError, match="step is None"):
+        StageOptions(target="ck-{step}.h5").path(None, "save")

@@ -14,6 +14,7 @@ from rich.table import Table
 from ..bench.schedulers import BIDDING, SweepResult, Timing
 from ..errors import InputError
 from ..files import atomic_path
+from ..limits import check_disk, check_memory
 from ..policies import PolicyError, policies
 from ._common import (
     FORMATS,
@@ -305,6 +306,10 @@ def write_bench_cmd(
             if n not in policies():
                 raise PolicyError(f"unknown policy {n!r}; choose one of {sorted(policies())}")
         out.mkdir(parents=True, exist_ok=True)
+        # the stage's data is held in memory by the compute workers, then written once
+        # by each policy (one at a time, each deleted before the next)
+        check_disk(out, 2 * nbytes, f"--size {size}: the output and the raw probe", InputError)
+        check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
         mem = memory if memory == "auto" else parse_size(memory)
         with (
             local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl,

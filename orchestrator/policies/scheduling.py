@@ -11,6 +11,7 @@ import numpy as np
 from .. import defaults
 from ..cost import CostModel, get_cost_model
 from ..errors import PolicyError
+from ..limits import check_memory
 from ..plan import Plan, Units
 from ..transfers import TransferSet
 from .registry import Policy, get_policy
@@ -21,6 +22,9 @@ log = logging.getLogger("orchestrator.policies")
 
 #: Most units (transfers or pieces) one plan may hold: ~60 bytes each in memory.
 MAX_UNITS = 500_000_000
+#: memory a plan keeps per unit (its transfer, bytes, place in the order, start and end,
+#: and the kernels' working arrays)
+BYTES_PER_UNIT = 128
 
 _warm: set[str] = set()
 
@@ -116,6 +120,11 @@ def schedule(
                 f"block_size={block_size} cuts these {len(transfers)} transfers into {pieces:,} "
                 f"pieces, more than the {MAX_UNITS:,} a plan may hold; use a larger block_size"
             )
+        check_memory(
+            pieces * BYTES_PER_UNIT,
+            f"block_size={block_size}: the {pieces:,} pieces of these transfers",
+            PolicyError,
+        )
     seed = int(seed)
     warm_up(p)
     if p.build is not None:
