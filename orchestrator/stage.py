@@ -214,6 +214,41 @@ def _prepare(
     return Staged(specs, parts, first), cat, missing
 
 
+def _check_datasets(datasets: Any) -> None:
+    """The shape of ``write_stage``'s ``datasets`` argument, or an error saying what is off."""
+    if not isinstance(datasets, Mapping):
+        raise ContributionError(
+            "datasets must map names to (DatasetSpec, [Contribution, ...]); "
+            f"got a {type(datasets).__name__}"
+        )
+    if not datasets:
+        raise ContributionError("empty stage: datasets holds no dataset to write")
+    for name, pair in datasets.items():
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise ContributionError(
+                f"dataset {name!r}: expected a pair (DatasetSpec, [Contribution, ...]), "
+                f"got {type(pair).__name__}"
+            )
+        spec, contribs = pair
+        if not isinstance(spec, DatasetSpec):
+            raise ContributionError(
+                f"dataset {name!r}: the spec is a {type(spec).__name__}, not a DatasetSpec"
+            )
+        if isinstance(contribs, str | bytes) or not isinstance(contribs, Sequence):
+            raise ContributionError(
+                f"dataset {name!r}: contributions must be a list, got {type(contribs).__name__}"
+            )
+        for i, c in enumerate(contribs):
+            if not (isinstance(c, Contribution | Described) or is_future(c)):
+                raise ContributionError(
+                    f"dataset {name!r}: item {i} is a {type(c).__name__}, not a Contribution "
+                    "(make one: Contribution(client, rows, values))"
+                )
+    if not any(pair[1] for pair in datasets.values()):
+        # a dataset nobody wrote is filled (allow_missing); a stage nobody wrote is a mistake
+        raise ContributionError(f"the stage has no contributions for {sorted(datasets)}")
+
+
 def _check_replaceable(target: Path, overwrite: bool) -> None:
     """An existing target is an error, unless ``overwrite`` and it is a checkpoint."""
     if not os.path.lexists(target):
@@ -289,6 +324,7 @@ def write_stage(
     target = Path(target)
     opts = (options or WriteOptions()).updated(**changes) if changes else options or WriteOptions()
     backend = get_backend(opts.format)
+    _check_datasets(datasets)
     _check_replaceable(target, opts.overwrite)
     if not target.parent.is_dir():
         raise StorageError(f"directory {target.parent} does not exist")

@@ -156,3 +156,21 @@ def test_dataset_shapes_are_whole_numbers_not_truncated(shape):
 def test_a_step_key_of_none_is_refused():
     with pytest.raises(ContributionError, match="step is None"):
         StageOptions(target="ck-{step}.h5").path(None, "save")
+
+
+@pytest.mark.parametrize(
+    ("datasets", "message"),
+    [
+        ({}, "empty stage"),
+        ([1, 2], "datasets must map names to"),
+        ({"u": "spec"}, "dataset 'u': expected a pair"),
+        ({"u": ("spec", [])}, "the spec is a str, not a DatasetSpec"),
+        ({"u": (DatasetSpec("u", (4,), "f8"), "abc")}, "contributions must be a list"),
+        ({"u": (DatasetSpec("u", (4,), "f8"), [(0, [0], [1.0])])}, "item 0 is a tuple"),
+        ({"u": (DatasetSpec("u", (4,), "f8"), [])}, "the stage has no contributions"),
+    ],
+)
+def test_malformed_stage_input_is_named_before_any_cluster_starts(tmp_path, datasets, message):
+    with pytest.raises(ContributionError, match=message):
+        orc.write_stage(tmp_path / "x.h5", datasets)  # no cluster: it would start one
+    assert list(tmp_path.iterdir()) == []
