@@ -24,7 +24,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any
@@ -46,6 +46,9 @@ _ABORTED: set[str] = set()
 #: (token, I/O node) of writer loops running in this process
 _ACTIVE: set[tuple[str, int]] = set()
 _LOCK = threading.Lock()
+#: a test's hook, called in a direct write before it touches the output (it may sleep
+#: there, to let the stage be stopped under it)
+cut_hook: Callable[[str], None] | None = None
 #: ranges whose mean size is below this are packed into one buffer by :func:`cut`
 PACK_BELOW = 256 << 10
 
@@ -204,8 +207,36 @@ def write_cut(
     ...               np.array([0]), np.array([4096]), [8], ["<f8"], ["u"], [0],
     ...               workers=[source])  # doctest: +SKIP
     """
-    _check(info["token"])
-    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
+    token = info["token"]
+    me = (token, -1 - threading.get_ident())  # counted by busy(): stop() waits for us too
+    with _LOCK:
+        _ACTIVE.add(me)
+    try:
+        _check(token)
+        parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
+        if cut_hook is not None:
+            cut_hook("write_cut")
+        _check(token)  # not a byte into a stage that was stopped meanwhile
+        return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset)
+    finally:
+        with _LOCK:
+            _ACTIVE.discard(me)
+            stopped = token in _ABORTED
+        if stopped:  # a Zarr writer makes folders: nothing of the stage may outlive it
+            remove_path(info["path"])
+
+
+def _write_parts(
+    fmt: str | type[Backend],
+    info: dict[str, Any],
+    ionode: int,
+    identity: tuple[int, int],
+    parts: list[np.ndarray],
+    names: Sequence[str],
+    dataset: Sequence[int],
+    offset: np.ndarray,
+) -> tuple[Any, ...]:
+    """The body of :func:`write_cut`, once the stage is known to be running."""
     writer = get_backend(fmt).writer(info, ionode, False)
     try:
         if writer.file_identity() != tuple(identity):
