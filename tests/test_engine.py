@@ -18,6 +18,7 @@ import pytest
 from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.errors import OrchestratorError
 from orchestrator.stage import StageError, verify, write_stage
 from orchestrator.storage import StorageError, get_backend
 
@@ -303,13 +304,71 @@ def tiny_fs(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_full_disk_fails_cleanly(cluster, tiny_fs, fmt):
+def test_a_stage_larger_than_the_free_disk_is_refused_before_writing(cluster, tiny_fs, fmt):
     datasets, _ = _case(n=20000)  # ~400 KB into a 256 KB file system
-    with pytest.raises((StageError, StorageError, OSError)):
+    with pytest.raises(StorageError, match=r"need 390\.6 KiB on the disk holding"):
         write_stage(
             tiny_fs / f"big.{fmt}", datasets, format=fmt, cluster=cluster, stripe_bytes=8192
         )
     assert list(tiny_fs.iterdir()) == [], "a partial or temporary output was left behind"
+
+
+def _fill_disk_on_first_write(folder):
+    """In a compute worker: the first direct write fills the disk holding ``folder``."""
+    import shutil
+
+    from orchestrator.engine import worker
+
+    def hook(at):
+        filler = os.path.join(folder, "filler")
+        if not os.path.exists(filler):
+            with open(filler, "wb") as f:
+                free = shutil.disk_usage(folder).free
+                try:
+                    f.write(b"\0" * free)
+                except OSError:  # full: what we wanted
+                    pass
+
+    worker.cut_hook = hook
+
+
+def _no_hook():
+    from orchestrator.engine import worker
+
+    worker.cut_hook = None
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "hdf5-vds", "zarr"])
+def test_a_disk_filling_up_during_the_stage_fails_cleanly(cluster, tmp_path, fmt):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True
+    )
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.decode().strip()}")
+    try:
+        datasets, _ = _case(n=20000)  # ~400 KB: fits when the stage starts
+        cluster.client.run(_fill_disk_on_first_write, str(mnt), workers=cluster.compute)
+        with pytest.raises(OrchestratorError, match=r"No space left on device") as err:
+            write_stage(
+                mnt / f"big.{fmt}",
+                datasets,
+                format=fmt,
+                cluster=cluster,
+                stripe_bytes=8192,
+                direct=True,
+            )
+        assert "died" not in str(err.value)  # a full disk is not a dead worker
+        assert [q.name for q in mnt.iterdir()] == ["filler"], "partial output left behind"
+        # the disk has room again: the next stage on the same cluster works
+        cluster.client.run(_no_hook, workers=cluster.compute)
+        (mnt / "filler").unlink()
+        write_stage(mnt / f"ok.{fmt}", datasets, format=fmt, cluster=cluster, stripe_bytes=8192)
+        assert verify(mnt / f"ok.{fmt}") == []
+    finally:
+        cluster.client.run(_no_hook, workers=cluster.compute)
+        subprocess.run(["umount", str(mnt)], check=True)
 
 
 def test_killed_ionode_aborts_the_stage_and_leaves_nothing(tmp_path):
