@@ -7,9 +7,13 @@ binds to 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,8 +226,21 @@ class IOCluster:
         """PID of every worker process, by address (to stop one for real in tests)."""
         return dict(self.client.run(os.getpid))
 
-    def close(self) -> None:
-        """Close the client, and the cluster if this object started it."""
+    def close(self, drain: float = 5.0) -> None:
+        """Close the client, and the cluster if this object started it.
+
+        A cluster this object started is closed once no task runs on it (at
+        most ``drain`` seconds): after an interrupted stage its writer loops are
+        stopping, and a worker closed under a running task logs Dask's
+        "ended with CancelledError" tracebacks for a task that was ending anyway.
+        """
+        if self._owned is not None:
+            deadline = time.monotonic() + drain
+            try:
+                while any(self.client.processing().values()) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            except Exception:  # a scheduler already gone: nothing to wait for
+                pass
         self.client.close()
         if self._owned is not None:
             self._owned.close()
@@ -238,6 +255,73 @@ class IOCluster:
 
 def _total_nbytes(*arrays: Any) -> int:
     return sum(int(a.nbytes) for a in arrays)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM for the block; deliver them when it ends.
+
+    Interrupted halfway, SpecCluster leaves nannies starting; its exit hook
+    then fails on them and prints Dask's tracebacks instead of the user's
+    Ctrl-C. Held, the signal waits until the cluster is up and can be closed
+    in order (a few seconds). A second one is not held: a user who insists
+    gets the interrupt at once. Only the main thread can do this; elsewhere
+    the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    held: list[int] = []
+    old: dict[int, Any] = {int(s): signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:  # the second one: let it through now
+            signal.signal(signum, old[signum])
+            signal.raise_signal(signum)
+            return
+        held.append(signum)
+
+    for s, previous in old.items():
+        if previous not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
+            signal.signal(s, hold)
+    try:
+        yield held
+    finally:
+        for s, previous in old.items():
+            if previous is not None:
+                signal.signal(s, previous)
+        for s in held[:1]:
+            signal.raise_signal(s)
+
+
+def _drop_cancelled_at_close(record: logging.LogRecord) -> bool:
+    """False for Dask's "Async instruction ... ended with CancelledError" warning."""
+    return "ended with CancelledError" not in record.getMessage()
+
+
+def quiet_cancellations() -> Any:
+    """A worker plugin for the embedded cluster that drops one harmless warning of Dask's.
+
+    When the cluster closes under an interrupted stage, each worker cancels
+    the tasks still executing and logs "Async instruction ... ended with
+    CancelledError" with a traceback. Harmless here: the stage that ran those
+    tasks has already failed and removed its temporary output, and the user
+    has been told (``iorch: interrupted ...``). Every other warning stays.
+
+    Examples
+    --------
+    >>> cl.client.register_plugin(quiet_cancellations())  # doctest: +SKIP
+    """
+    from distributed import WorkerPlugin
+
+    class QuietCancellations(WorkerPlugin):
+        name = "iorch-quiet-cancellations"
+
+        def setup(self, worker: Any) -> None:
+            logger = logging.getLogger("distributed.worker.state_machine")
+            logger.addFilter(_drop_cancelled_at_close)
+
+    return QuietCancellations()
 
 
 def _embedded_cluster_class() -> type:
@@ -318,16 +402,22 @@ def local_cluster(
         "cls": Scheduler,
         "options": {"host": LOOPBACK, "dashboard": False, "dashboard_address": f"{LOOPBACK}:0"},
     }
-    cluster = _embedded_cluster_class()(
-        workers=workers, scheduler=scheduler, silence_logs=logging.WARNING
-    )
-    try:
-        client = Client(cluster)
-        client.wait_for_workers(n_ionodes + n_compute, timeout=120)
-        found = discover_workers(client)
-    except Exception:
-        cluster.close()
-        raise
+    with _signals_held() as held:
+        cluster = _embedded_cluster_class()(
+            workers=workers, scheduler=scheduler, silence_logs=logging.WARNING
+        )
+        try:
+            client = Client(cluster)
+            client.register_plugin(quiet_cancellations())
+            client.wait_for_workers(n_ionodes + n_compute, timeout=120)
+            found = discover_workers(client)
+        except Exception:
+            cluster.close()
+            raise
+        if held:  # Ctrl-C or SIGTERM while starting: stop what was started, in order
+            client.close()
+            cluster.close()
+    # a held signal is delivered here, once the cluster is closed (or up, if none came)
     log.info(
         "embedded cluster at %s: %d I/O, %d compute workers",
         cluster.scheduler_address,

@@ -30,7 +30,8 @@ CASES = {
     ),
     "a dataset of 2**40 rows": (
         "orc.write_stage(pathlib.Path(tempfile.mkdtemp()) / 'x.h5', "
-        "{'u': (orc.DatasetSpec('u', (2**40, 8), 'f8'), [])})",
+        "{'u': (orc.DatasetSpec('u', (2**40, 8), 'f8'), "
+        "[orc.Contribution(0, [0], [[0.0] * 8])])})",
         "StorageError: the datasets of x.h5 (1) need 64.0 TiB on the disk",
     ),
 }

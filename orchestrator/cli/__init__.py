@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 
 import typer
 
@@ -57,7 +58,18 @@ def main() -> None:
     from ..kernels import refresh_cache  # here, once, before any worker loads a kernel
 
     refresh_cache()
-    app()
+    try:
+        app()
+    except SystemExit as stop:
+        # Ctrl-C (130) and SIGTERM (143) end quietly in typer: say what became of the work
+        if stop.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+            name = "interrupted" if stop.code == 128 + signal.SIGINT else "stopped by SIGTERM"
+            print(
+                f"iorch: {name}; the stage in progress, if any, was not committed and its "
+                "temporary output was removed; checkpoints committed before are intact",
+                file=sys.stderr,
+            )
+        raise
 
 
 if __name__ == "__main__":

@@ -521,10 +521,12 @@ def run_ionode(
                     f.release()
             for f in futures.values():
                 f.release()
-            if not ok:
-                # the stage failed: its process removes the temporary output, but a
-                # write of ours may have recreated part of it after that (a Zarr
-                # store makes its directories), so the last writer removes it too
+            if not ok and token in _ABORTED:
+                # the stage was stopped: its process removes the temporary output, but
+                # a write of ours may have recreated part of it after that (a Zarr
+                # store makes its directories), so the last writer removes it too.
+                # Not when only this node failed: the others still write into it, and
+                # would fail on a missing file instead of reporting the first error
                 remove_path(info["path"])
             with _LOCK:
                 _ACTIVE.discard((token, s))
