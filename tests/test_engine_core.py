@@ -399,3 +399,45 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
 
     with h5py.File(tmp_path / "o.h5") as h:
         assert h["u"][:].tolist() == list(range(10, 16))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n_rows=st.integers(1, 40),
+    rows_per_stripe=st.integers(1, 8),
+    fill=st.integers(-5, 5),
+    data=st.data(),
+)
+def test_whole_stripe_writer_reuses_buffers_without_leaking_old_rows(
+    n_rows, rows_per_stripe, fill, data
+):
+    """Stripes stored in any order, some rows never written: every stored stripe holds
+    exactly the rows put into it and the fill value elsewhere, although its buffer may be
+    one an earlier stripe used."""
+    from orchestrator.storage import WholeStripeWriter, stripe_meta
+
+    spec = DatasetSpec("u", (n_rows, 2), "int32", fill_value=fill)
+    stored: dict[int, np.ndarray] = {}
+
+    class Mem(WholeStripeWriter):
+        def store(self, name, k, rows):
+            assert k not in stored
+            stored[k] = rows.copy()
+
+        def release(self):
+            pass
+
+    w = Mem({"u": stripe_meta(spec, StripeLayout(1, rows_per_stripe * spec.row_bytes))})
+    written = data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows))
+    order = data.draw(st.permutations(range(n_rows)))
+    want = np.full((n_rows, 2), fill, dtype=np.int32)
+    for r in order:
+        if written[r]:
+            want[r] = [r + 100, -r - 100]
+            w.put("u", r * spec.row_bytes, memoryview(want[r].tobytes()))
+    w.flush()
+    touched = sorted({r // rows_per_stripe for r in range(n_rows) if written[r]})
+    assert sorted(stored) == touched
+    for k in touched:
+        lo = k * rows_per_stripe
+        np.testing.assert_array_equal(stored[k], want[lo : lo + rows_per_stripe])
