@@ -25,11 +25,10 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .capturing import capture
-    from .checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
-    from .cluster import IOCluster, connect, local_cluster
     from .contributions import Contribution, DatasetSpec
     from .cost import PRESETS, CostModel, get_cost_model
+    from .engine.cluster import IOCluster, connect, local_cluster
+    from .engine.stage import StageResult, WriteOptions, open_datasets, verify, write_stage
     from .errors import (
         CaptureError,
         CheckpointError,
@@ -45,12 +44,13 @@ if TYPE_CHECKING:
         StorageError,
         TransferSetError,
     )
-    from .intercept import OutputStage, output_stage, set_default_cluster
+    from .frontends.capturing import capture
+    from .frontends.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
+    from .frontends.intercept import OutputStage, output_stage, set_default_cluster
     from .plan import Plan, Units, lower_bound
     from .policies import Policy, policies, schedule
     from .replicas import IntervalStats, ReplicaSets, assign, interval_stats, replica_sets
     from .simulate import Simulation, simulate
-    from .stage import StageResult, WriteOptions, open_datasets, verify, write_stage
     from .transfers import TransferSet
 
 # The public names load on first use (PEP 562): a worker process that only
@@ -58,9 +58,9 @@ if TYPE_CHECKING:
 # what that task needs, not the scheduling kernels, Numba and SciPy (about
 # 50 MB of resident memory per worker).
 _LAZY = {
-    "capturing": ("capture",),
-    "checkpoint": ("Checkpoint", "latest_checkpoint", "open_checkpoint"),
-    "cluster": ("IOCluster", "connect", "local_cluster"),
+    "frontends.capturing": ("capture",),
+    "frontends.checkpoint": ("Checkpoint", "latest_checkpoint", "open_checkpoint"),
+    "engine.cluster": ("IOCluster", "connect", "local_cluster"),
     "contributions": ("Contribution", "DatasetSpec"),
     "cost": ("PRESETS", "CostModel", "get_cost_model"),
     "errors": (
@@ -78,12 +78,12 @@ _LAZY = {
         "StorageError",
         "TransferSetError",
     ),
-    "intercept": ("OutputStage", "output_stage", "set_default_cluster"),
+    "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
     "plan": ("Plan", "Units", "lower_bound"),
     "policies": ("Policy", "policies", "schedule"),
     "replicas": ("IntervalStats", "ReplicaSets", "assign", "interval_stats", "replica_sets"),
     "simulate": ("Simulation", "simulate"),
-    "stage": ("StageResult", "WriteOptions", "open_datasets", "verify", "write_stage"),
+    "engine.stage": ("StageResult", "WriteOptions", "open_datasets", "verify", "write_stage"),
     "transfers": ("TransferSet",),
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}

@@ -67,12 +67,21 @@ class DatasetSpec:
             raise ContributionError(
                 f"dataset {self.name!r}: shape {self.shape!r} needs n_rows >= 1"
             )
+        if self.dtype is None:  # NumPy would read it as float64
+            raise ContributionError(f"dataset {self.name!r}: dtype must be given, got None")
         try:
             dtype = np.dtype(self.dtype)
         except TypeError as err:
             raise ContributionError(f"dataset {self.name!r}: dtype {self.dtype!r}: {err}") from None
         if dtype.hasobject:
             raise ContributionError(f"dataset {self.name!r}: dtype {dtype} holds Python objects")
+        # byte offsets are int64 everywhere (layout, kernels, files): a larger dataset would
+        # wrap around in them instead of failing
+        if int(np.prod(shape, dtype=object)) * dtype.itemsize >= 2**63:
+            raise ContributionError(
+                f"dataset {self.name!r}: shape {self.shape!r} of {dtype} holds 2**63 bytes "
+                "or more, beyond any file"
+            )
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype)
 
@@ -119,8 +128,12 @@ class Contribution:
     values: npt.NDArray[Any]
 
     def __init__(self, client: int, rows: Any, values: Any) -> None:
-        if isinstance(client, bool) or not isinstance(client, int | np.integer) or client < 0:
-            raise ContributionError(f"client must be an integer >= 0, got {client!r}")
+        if (
+            isinstance(client, bool)
+            or not isinstance(client, int | np.integer)
+            or not 0 <= client < 2**63
+        ):
+            raise ContributionError(f"client must be an integer in [0, 2**63), got {client!r}")
         r = np.asarray(rows)
         if r.ndim != 1 or (r.size and r.dtype.kind not in "iu"):
             raise ContributionError(
@@ -130,8 +143,14 @@ class Contribution:
         v = np.asarray(values)
         if v.ndim == 0 or v.shape[0] != r.size:
             raise ContributionError(f"client {client}: {r.size} rows but values of shape {v.shape}")
+        if r.size and (int(r.min()) < 0 or int(r.max()) >= 2**63):
+            bad = int(r.min()) if int(r.min()) < 0 else int(r.max())
+            raise ContributionError(
+                f"client {client}: rows hold {bad}, not a row id (0 <= row < 2**63)"
+            )
         r = r.astype(np.int64, copy=False)
         object.__setattr__(self, "client", int(client))
+        # (a row given twice is refused where the replicas are gathered, naming both)
         if r.size < 2 or bool((r[1:] >= r[:-1]).all()):  # already sorted: no copy of the values
             object.__setattr__(self, "rows", r)
             object.__setattr__(self, "values", v)

@@ -180,7 +180,7 @@ def realized_gantt(
     """Planned (top) and realized (bottom) Gantt charts of a dispatched stage, per I/O node.
 
     ``unit, ionode, start, end`` are the columns of a dispatch trace
-    (:class:`orchestrator.stage.Trace`); bars are coloured by client.
+    (:class:`orchestrator.engine.stage.Trace`); bars are coloured by client.
 
     Examples
     --------

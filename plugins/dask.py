@@ -109,7 +109,7 @@ def contribute(
     """
     from distributed import Future, Queue, get_client, get_worker, rejoin, secede
 
-    from orchestrator.cluster import IOCluster, discover_workers
+    from orchestrator.engine.cluster import IOCluster, discover_workers
 
     in_task = in_dask_task()
     if in_task:

@@ -18,10 +18,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
-from orchestrator.directio import PAGE, PositionedFile, contiguous_runs
-from orchestrator.files import fsync_path, fsync_tree
-from orchestrator.layout import StripeLayout
-from orchestrator.storage import (
+from orchestrator.engine.directio import PAGE, PositionedFile, contiguous_runs
+from orchestrator.engine.storage import (
     Backend,
     PieceChecksums,
     StorageError,
@@ -29,6 +27,8 @@ from orchestrator.storage import (
     Writer,
     stripe_meta,
 )
+from orchestrator.files import fsync_path, fsync_tree
+from orchestrator.layout import StripeLayout
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
@@ -42,7 +42,7 @@ def _set_attrs(f: Any, manifest: dict[str, Any]) -> None:
 class _PositionedWriter(Writer):
     """Positioned writes into one file, checksummed piece by piece as written.
 
-    Whole pages go to the device directly (:class:`~orchestrator.directio.PositionedFile`).
+    Whole pages go to the device directly (:class:`~orchestrator.engine.directio.PositionedFile`).
     With ``aggregate`` (two-phase), a batch's pieces are gathered and written
     at the end of the batch as contiguous runs, in file order; memory stays
     bounded by the batch.

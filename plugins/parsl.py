@@ -80,7 +80,7 @@ def output_app(
     Returns
     -------
     A Parsl join app: calling it gives an ``AppFuture`` of the committed
-    :class:`~orchestrator.checkpoint.Checkpoint`.
+    :class:`~orchestrator.frontends.checkpoint.Checkpoint`.
 
     Examples
     --------
@@ -94,7 +94,7 @@ def output_app(
     """
     from parsl import join_app, python_app
 
-    from orchestrator.intercept import output_stage
+    from orchestrator.frontends.intercept import output_stage
 
     if stage_options.get("clients") is None:
         raise TypeError("output_app needs clients=N: a step is written when N apps are in")

@@ -19,9 +19,15 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
+from orchestrator.engine.storage import (
+    Backend,
+    StorageError,
+    WholeStripeWriter,
+    Writer,
+    stripe_meta,
+)
 from orchestrator.files import fsync_tree
 from orchestrator.layout import StripeLayout
-from orchestrator.storage import Backend, StorageError, WholeStripeWriter, Writer, stripe_meta
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 

@@ -23,8 +23,8 @@ from orchestrator.workflows.bips3d import (
 from orchestrator.workflows.mesh import MeshFormatError
 
 from orchestrator import interval_stats
-from orchestrator.cluster import local_cluster
-from orchestrator.storage import StorageError
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.engine.storage import StorageError
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bips3d-mesh2"
 if not DATA.exists():

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
+from orchestrator.engine.cluster import local_cluster
 
 INTS = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
 FLOATS = ["f2", "f4", "f8"]

@@ -128,6 +128,26 @@ def test_outputs_are_both_written_or_neither(tmp_path):
             ["--policy", "auto", "--option", "split=maybe"],
             "split must be True or False, got 'maybe'",
         ),
+        (
+            ["--policy", "ecf-ls", "--option", "moves=ten"],
+            "moves must be an integer >= 1, got 'ten'",
+        ),
+        (
+            ["--policy", "ecf-ls", "--option", "moves=\uff11\uff10"],  # full-width digits
+            "moves must be an integer >= 1, got '\uff11\uff10'",
+        ),
+        (
+            ["--policy", "ecf-ls", "--option", "start=zzz"],
+            "start must be a policy on whole transfers",
+        ),
+        (
+            ["--policy", "ecf", "--option", "moves=10"],
+            "policy 'ecf' has no option 'moves'; its options are none",
+        ),
+        (
+            ["--policy", "exact", "--option", "time_limit=1", "--option", "time_limit=2"],
+            "--option time_limit is given twice",
+        ),
     ],
 )
 def test_schedule_bad_options_give_clear_errors(tmp_path, monkeypatch, args, message):

@@ -15,12 +15,12 @@ import h5py
 import numpy as np
 import pytest
 
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.engine.stage import StageError, verify, write_stage
+from orchestrator.engine.storage import StorageError, get_backend
 from orchestrator.errors import OrchestratorError
-from orchestrator.stage import StageError, verify, write_stage
-from orchestrator.storage import StorageError, get_backend
 
 FORMATS = ["hdf5", "hdf5-vds", "hdf5-chunked", "zarr"]
 
@@ -450,7 +450,7 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
 
 
 def test_connect_finds_io_workers_of_a_running_cluster(cluster):
-    from orchestrator.cluster import ClusterError, connect
+    from orchestrator.engine.cluster import ClusterError, connect
 
     cluster.refresh()  # an earlier test may have crashed a worker (its Nanny restarts it)
     other = connect(address=cluster.client.scheduler.address)

@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from orchestrator.contributions import DatasetSpec
 from orchestrator.engine.commit import commit
 from orchestrator.engine.dispatch import Staged, fill_pieces, program_of
+from orchestrator.engine.storage import PieceChecksums, StorageError
 from orchestrator.engine.window import Fetch, Window, Write
 from orchestrator.kernels import crc
 from orchestrator.layout import StripeLayout, derive_transfers
 from orchestrator.policies import schedule
-from orchestrator.storage import PieceChecksums, StorageError
 from orchestrator.transfers import TransferSet
 
 # ------------------------------------------------------------------ CRC folding
@@ -285,7 +285,7 @@ def test_commit_refuses_to_replace_a_directory_by_a_file(tmp_path):
 def test_positioned_file_writes_every_piece_exactly(tmp_path_factory, data):
     """Pieces of any size, position, buffer alignment and order, some sharing pages, written
     half through O_DIRECT and half through the cache: the file equals the oracle's bytes."""
-    from orchestrator.directio import PAGE, PositionedFile
+    from orchestrator.engine.directio import PAGE, PositionedFile
 
     path = tmp_path_factory.mktemp("pf") / "f.bin"
     size = data.draw(st.integers(1, 24 * PAGE))
@@ -325,7 +325,7 @@ def test_positioned_file_writes_every_piece_exactly(tmp_path_factory, data):
 def test_contiguous_runs_group_exactly_the_neighbours(spec):
     """Oracle: walk the pieces in position order; a piece starts a new run unless it begins
     where the previous one ended."""
-    from orchestrator.directio import contiguous_runs
+    from orchestrator.engine.directio import contiguous_runs
 
     pos, at = [], 0
     for gap, n in spec:  # non-overlapping pieces, shuffled below
@@ -347,7 +347,7 @@ def test_contiguous_runs_group_exactly_the_neighbours(spec):
 
 
 def test_positioned_file_sends_whole_pages_directly_and_falls_back_to_the_cache(tmp_path):
-    from orchestrator.directio import DIRECT_MIN, PAGE, PositionedFile
+    from orchestrator.engine.directio import DIRECT_MIN, PAGE, PositionedFile
 
     path = tmp_path / "f.bin"
     path.write_bytes(b"")
@@ -368,8 +368,8 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     """write_cut on a source that opens another file than its I/O node writes nothing and
     returns the bytes; on the same file it writes them and returns their CRC-32s."""
     from orchestrator.contributions import Contribution
+    from orchestrator.engine.storage import get_backend
     from orchestrator.engine.worker import write_cut
-    from orchestrator.storage import get_backend
 
     spec = DatasetSpec("u", (6,), "int64")
     backend = get_backend("hdf5")
@@ -414,7 +414,7 @@ def test_whole_stripe_writer_reuses_buffers_without_leaking_old_rows(
     """Stripes stored in any order, some rows never written: every stored stripe holds
     exactly the rows put into it and the fill value elsewhere, although its buffer may be
     one an earlier stripe used."""
-    from orchestrator.storage import WholeStripeWriter, stripe_meta
+    from orchestrator.engine.storage import WholeStripeWriter, stripe_meta
 
     spec = DatasetSpec("u", (n_rows, 2), "int32", fill_value=fill)
     stored: dict[int, np.ndarray] = {}

@@ -23,14 +23,14 @@ def test_every_error_derives_from_the_base(name):
     ("module", "name"),
     [
         ("orchestrator.contributions", "ContributionError"),
-        ("orchestrator.storage", "StorageError"),
-        ("orchestrator.cluster", "ClusterError"),
+        ("orchestrator.engine.storage", "StorageError"),
+        ("orchestrator.engine.cluster", "ClusterError"),
         ("orchestrator.engine.dispatch", "StageError"),
         ("orchestrator.policies", "PolicyError"),
-        ("orchestrator.capturing", "CaptureError"),
+        ("orchestrator.frontends.capturing", "CaptureError"),
         ("orchestrator.cost", "CostModelError"),
         ("orchestrator.plan", "PlanError"),
-        ("orchestrator.checkpoint", "CheckpointError"),
+        ("orchestrator.frontends.checkpoint", "CheckpointError"),
         ("orchestrator.layout", "LayoutError"),
         ("orchestrator.transfers", "TransferSetError"),
         ("orchestrator.replicas", "ReplicaError"),
@@ -71,4 +71,4 @@ def test_the_public_api_resolves_every_name():
     for name in orc.__all__:
         assert getattr(orc, name) is not None, name
     assert callable(orc.policies) and callable(orc.simulate)  # functions, not the modules
-    assert orc.write_stage.__module__ == "orchestrator.stage"
+    assert orc.write_stage.__module__ == "orchestrator.engine.stage"

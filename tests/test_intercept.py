@@ -10,9 +10,9 @@ import pytest
 import stage_funcs
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import ContributionError
-from orchestrator.intercept import set_default_cluster
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.frontends.intercept import set_default_cluster
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,12 @@ import pytest
 from hypothesis import given
 
 import orchestrator as orc
+from orchestrator.engine.storage import (
+    backend_names,
+    format_of,
+    register_backend,
+    unregister_backend,
+)
 from orchestrator.policies import (
     Policy,
     get_policy,
@@ -13,7 +19,6 @@ from orchestrator.policies import (
     register_policy,
     unregister_policy,
 )
-from orchestrator.storage import backend_names, format_of, register_backend, unregister_backend
 from orchestrator.testing import BackendTests, PolicyTests, brute_force_optimum, transfer_sets
 
 # ------------------------------------------------------------------ policies
@@ -189,7 +194,7 @@ def test_format_of_survives_hostile_targets_and_broken_plugins(tmp_path):
 
 
 def test_a_format_registered_by_module_path_reaches_workers_as_its_class():
-    from orchestrator.storage import backend_ref
+    from orchestrator.engine.storage import backend_ref
     from plugins.hdf5 import HDF5Backend
 
     assert backend_ref("hdf5") == "hdf5"  # every process finds the built-ins by name

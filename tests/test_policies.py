@@ -221,3 +221,54 @@ def test_decentralized_sequences_on_sparse_wide_sets_match_oracles(n, seed, data
         (decentralized.hash_ios_sequences(c, s, nc, ns), hash_ios(c, s, d, ns)),
     ):
         assert decentralized.serve_fifo(seq, ptr, s, d, nc, ns).tolist() == o_order
+
+
+_TEXTS = (
+    st.text(max_size=12)
+    | st.integers(-5, 10**7).map(str)
+    | st.floats(allow_nan=True, allow_infinity=True).map(str)
+    | st.sampled_from(["true", "False", "ecf", "mwm", "split-opt", " 7 ", "1e3", "0x10"])
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_every_declared_option_parses_to_its_kind_or_names_itself(data):
+    """A command line's text for any option of any policy: a value of the declared kind
+    that the policy then takes, or a PolicyError naming the option — nothing else."""
+    p = data.draw(st.sampled_from([q for q in orc.policies().values() if q.options]))
+    opt = data.draw(st.sampled_from(p.options))
+    # what a user types for a good value comes back as that value
+    good = {
+        "int": st.integers(opt.low, 10**9),
+        "float": st.floats(1e-6, 1e6),
+        "bool": st.booleans(),
+        "policy": st.sampled_from(["ecf", "mwm"]),
+    }[opt.kind]
+    valid = data.draw(good)
+    assert opt.parse(str(valid), p.name) == valid
+    text = data.draw(_TEXTS)
+    try:
+        value = opt.parse(text, p.name)
+    except orc.PolicyError as err:
+        assert opt.name in str(err) or "start" in str(err)
+        return
+    kinds = {"int": int, "float": float, "bool": bool, "policy": str}
+    assert type(value) is kinds[opt.kind]
+    if opt.kind == "int":
+        assert value >= opt.low and not isinstance(value, bool)
+    if opt.kind == "float":
+        assert np.isfinite(value) and value > 0
+    if opt.kind == "policy":
+        assert value in orc.policies()
+    assert p.check_options({opt.name: value}) == {opt.name: value}
+
+
+def test_write_options_refuse_a_misspelt_or_mistyped_policy_option_when_made():
+    from orchestrator.engine.options import WriteOptions
+
+    with pytest.raises(orc.PolicyError, match="policy 'ms-ecf' has no option 'polcy'"):
+        WriteOptions().updated(polcy="ecf")
+    with pytest.raises(orc.PolicyError, match="time_limit must be a number > 0, got 'soon'"):
+        WriteOptions(policy="exact").updated(time_limit="soon")
+    assert WriteOptions(policy="exact").updated(time_limit=2).policy_options == {"time_limit": 2}

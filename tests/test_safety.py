@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, ContributionError, DatasetSpec
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.engine.measure import raw_write_bandwidth
 from orchestrator.errors import StorageError
 from orchestrator.files import atomic_path
-from orchestrator.intercept import StageOptions
-from orchestrator.measure import raw_write_bandwidth
+from orchestrator.frontends.intercept import StageOptions
 
 FORMATS = ["hdf5", "hdf5-vds", "zarr"]
 SUFFIX = {"hdf5": ".h5", "hdf5-vds": ".h5", "zarr": ".zarr"}

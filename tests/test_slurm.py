@@ -32,7 +32,7 @@ from orchestrator.workflows.bips3d import verify_dump
 
 import orchestrator as orc
 from orchestrator.contributions import Contribution, DatasetSpec
-from orchestrator.stage import verify, write_stage
+from orchestrator.engine.stage import verify, write_stage
 
 IORCH = str(Path(sys.executable).parent / "iorch")
 
@@ -531,9 +531,9 @@ import parsl
 
 import orchestrator as orc
 from orchestrator.contributions import Contribution, DatasetSpec
-from orchestrator.stage import verify, write_stage
+from orchestrator.engine.stage import verify, write_stage
 from orchestrator.workflows.bips3d import verify_dump
-from orchestrator.cluster import local_cluster
+from orchestrator.engine.cluster import local_cluster
 from orchestrator.plugins.parsl import output_app
 from orchestrator.plugins.slurm import parsl_config
 

@@ -6,7 +6,7 @@ the paper) and the results are dumped in node order. Boundary nodes are
 replicated on every partition that touches them, so the dump first decides
 who writes each replicated row (:func:`orchestrator.assign`: metis, random,
 first or IDG), then moves the rows to the I/O nodes with one of the paper's
-strategies, through the execution engine (:func:`orchestrator.stage.write_stage`):
+strategies, through the execution engine (:func:`orchestrator.engine.stage.write_stage`):
 
 - ``sequential``: gather everything on one writer (the original BIPS3D);
 - ``list``: every writer sends all its intervals for an I/O node as one
@@ -198,8 +198,15 @@ def load_case(
         name = f"generated-{m.n_nodes}"
     if part is None:
         part = partition(indptr, indices, parts, seed=seed)
-    k = max(parts, int(part.max()) + 1)
-    reps = _replica_sets(indptr, indices, part, halo=halo, n_parts=k)
+    elif part.size and int(part.max()) >= parts:
+        # a partition file names its parts 0..parts-1: a larger id is a mistake (or another
+        # file), not a reason to make thousands of empty partitions
+        where = partition_file or path.with_name(f"{path.name}.part.{parts}")
+        raise MeshFormatError(
+            f"{where}: part id {int(part.max())} is not below parts={parts} "
+            "(the file names parts 0..parts-1)"
+        )
+    reps = _replica_sets(indptr, indices, part, halo=halo, n_parts=parts)
     return MeshCase(name, indptr, indices, part, reps, halo)
 
 
@@ -275,7 +282,7 @@ def dump(
     Parameters
     ----------
     case : MeshCase
-    cluster : orchestrator.cluster.IOCluster
+    cluster : orchestrator.engine.cluster.IOCluster
     target : path
         The HDF5 file or Zarr directory to create.
     load : int
@@ -297,14 +304,14 @@ def dump(
 
     Examples
     --------
-    >>> from orchestrator.cluster import local_cluster
+    >>> from orchestrator.engine.cluster import local_cluster
     >>> case = load_case(nodes=5000, parts=4)
     >>> with local_cluster(2, 2) as cl:  # doctest: +SKIP
     ...     res = dump(case, cl, "mesh.h5", load=10, method="idg")
     >>> res.stats.total_intervals, res.strategy  # doctest: +SKIP
     (1032, 'two-phase')
     """
-    from orchestrator.stage import write_stage
+    from orchestrator.engine.stage import write_stage
 
     if (
         isinstance(load, bool)
@@ -381,7 +388,7 @@ def verify_dump(
     >>> verify_dump("mesh.h5")  # doctest: +SKIP
     32888
     """
-    from orchestrator.stage import open_datasets
+    from orchestrator.engine.stage import open_datasets
 
     with open_datasets(path) as data:
         if DATASET not in data:

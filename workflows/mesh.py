@@ -208,12 +208,15 @@ def read_metis_partition(
         for lineno, text in enumerate(fh, start=1):
             if not text.strip() or text.lstrip().startswith("%"):
                 continue
-            try:
-                v = int(text)
-            except ValueError:
+            t = text.strip()
+            # plain ASCII digits: int() would also take "1_000" and full-width digits
+            if not (t.isascii() and t.removeprefix("-").isdigit()):
+                raise MeshFormatError(f"{path}, line {lineno}: {t[:40]!r} is not a part id")
+            v = int(t)
+            if not -(2**63) <= v < 2**63:
                 raise MeshFormatError(
-                    f"{path}, line {lineno}: {text.strip()[:40]!r} is not a part id"
-                ) from None
+                    f"{path}, line {lineno}: part id {t[:40]} does not fit in 64 bits"
+                )
             values.append(v)
             lines.append(lineno)
     part = np.array(values, dtype=np.int64)

@@ -10,6 +10,6 @@
   own blocks under a lock (``iorch bench stage``).
 
 What the main job measures too (sizes, the raw disk bandwidth, the
-calibrated cost model) lives in :mod:`orchestrator.measure`, so the main job
+calibrated cost model) lives in :mod:`orchestrator.engine.measure`, so the main job
 never imports a benchmark.
 """

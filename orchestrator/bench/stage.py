@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.measure import raw_write_bandwidth
 from ..files import fsync_path, fsync_tree, remove_path
-from ..intercept import output_stage
-from ..measure import raw_write_bandwidth
+from ..frontends.intercept import output_stage
 
 __all__ = ["StageBenchRow", "block", "run"]
 
@@ -143,7 +143,7 @@ def run(
 
     Examples
     --------
-    >>> from orchestrator.cluster import local_cluster
+    >>> from orchestrator.engine.cluster import local_cluster
     >>> with local_cluster(4, 2) as cl:  # doctest: +SKIP
     ...     rows = run(cl, Path("out"), [256 << 20], [16], ["hdf5"])
     """

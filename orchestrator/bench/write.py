@@ -19,19 +19,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import IOCluster
 from ..contributions import DatasetSpec
+from ..engine.cluster import IOCluster
 from ..engine.dispatch import DEFAULT_WINDOW
-from ..files import fsync_path, fsync_tree, remove_path
-from ..measure import (
+from ..engine.measure import (
     calibrated_cost,
     contribution,
     parse_size,
     pieces_write_seconds,
     raw_write_bandwidth,
 )
-from ..stage import write_stage
-from ..storage import get_backend
+from ..engine.stage import write_stage
+from ..engine.storage import get_backend
+from ..files import fsync_path, fsync_tree, remove_path
 
 __all__ = [
     "BenchRow",
@@ -306,7 +306,7 @@ def run(
 
     Examples
     --------
-    >>> from orchestrator.cluster import local_cluster
+    >>> from orchestrator.engine.cluster import local_cluster
     >>> with local_cluster(2, 1) as cl:  # doctest: +SKIP
     ...     rows = run(cl, Path("out"), 1 << 24, 4, "hdf5", ["ecf"], 1 << 20, "contiguous")
     """

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cost import CostModel, get_cost_model
+from ..engine.storage import backend_names
 from ..errors import OrchestratorError, PolicyError
-from ..storage import backend_names
 from ..transfers import TransferSet
 
 __all__ = [
@@ -68,22 +68,19 @@ def progress() -> Progress:
     )
 
 
-def options(items: list[str]) -> dict[str, object]:
-    """``KEY=VALUE`` strings as policy options: ints, floats, true/false, else text."""
+def options(items: list[str], policy: str) -> dict[str, object]:
+    """``KEY=VALUE`` strings as options of ``policy``, each parsed as the kind it declares."""
+    # here, not at the top: the policies load Numba, which commands without a plan skip
+    from ..policies import get_policy
+
+    p = get_policy(policy)
     out: dict[str, object] = {}
     for item in items:
         key, sep, text = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise PolicyError(f"--option must look like KEY=VALUE, got {item!r}")
-        value: object = text
-        if text.lower() in ("true", "false"):
-            value = text.lower() == "true"
-        else:
-            for kind in (int, float):
-                try:
-                    value = kind(text)
-                    break
-                except ValueError:
-                    pass
-        out[key.strip()] = value
+        if key in out:
+            raise PolicyError(f"--option {key} is given twice")
+        out[key] = p.option(key).parse(text, p.name)
     return out

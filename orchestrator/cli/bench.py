@@ -295,12 +295,12 @@ def write_bench_cmd(
     import json
 
     from ..bench.write import ionode_peak_rss, parse_size, run
-    from ..cluster import local_cluster
     from ..engine import DEFAULT_WINDOW
+    from ..engine.cluster import local_cluster
 
     try:
-        nbytes, stripe_bytes = parse_size(size), parse_size(stripe)
-        win = parse_size(window) if window else None
+        nbytes, stripe_bytes = parse_size(size, "--size"), parse_size(stripe, "--stripe")
+        win = parse_size(window, "--window") if window else None
         names = sorted(policies()) if policy == "all" else [p.strip() for p in policy.split(",")]
         for n in names:
             if n not in policies():
@@ -310,7 +310,7 @@ def write_bench_cmd(
         # by each policy (one at a time, each deleted before the next)
         check_disk(out, 2 * nbytes, f"--size {size}: the output and the raw probe", InputError)
         check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
-        mem = memory if memory == "auto" else parse_size(memory)
+        mem = memory if memory == "auto" else parse_size(memory, "--memory")
         with (
             local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl,
             progress() as prog,
@@ -556,13 +556,13 @@ def bench_stage(
 
     Example: ``iorch bench stage --quick``
     """
-    from ..cluster import local_cluster
-    from ..measure import parse_size
+    from ..engine.cluster import local_cluster
+    from ..engine.measure import parse_size
 
     try:
         if quick:
             sizes, tasks = "256MiB", "16"
-        size_list = [parse_size(x) for x in sizes.split(",")]
+        size_list = [parse_size(x, "--sizes") for x in sizes.split(",")]
         task_list = [int(x) for x in tasks.split(",")]
         fmt_list = [x.strip() for x in formats.split(",")]
         for f in fmt_list:

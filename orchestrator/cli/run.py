@@ -73,7 +73,7 @@ def run_bips3d(
 
     Example: ``iorch run bips3d --mesh mesh.graph --parts 8 --load 100 --format zarr``
     """
-    from ..measure import calibrated_cost, parse_size, raw_write_bandwidth
+    from ..engine.measure import calibrated_cost, parse_size, raw_write_bandwidth
     from ..plugins.slurm import workflow_cluster  # Slurm only where a workflow runs
     from ..replicas import METHODS
     from ..workflows import bips3d
@@ -87,7 +87,7 @@ def run_bips3d(
             raise InputError(f"--strategy: {strategy!r} is not one of {list(bips3d.STRATEGIES)}")
         if policy not in policies():
             raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
-        stripe_bytes = parse_size(stripe)
+        stripe_bytes = parse_size(stripe, "--stripe")
         if mesh is None and nodes is None:
             mesh = bips3d.default_mesh()
             if mesh is None:
@@ -255,7 +255,7 @@ def verify_cmd(
 
     Example: ``iorch verify out/ckpt.h5``
     """
-    from ..stage import verify
+    from ..engine.stage import verify
 
     try:
         bad = verify(path)

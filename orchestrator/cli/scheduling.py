@@ -63,7 +63,7 @@ def schedule_cmd(
     try:
         ts = load_transfers(transfers)
         opts: dict[str, object] = {} if block_size is None else {"block_size": block_size}
-        opts |= options(option or [])
+        opts |= options(option or [], policy)
         plan = schedule(ts, policy, cost=cost_model(cost), seed=seed, **opts)
         plan.validate()
         # both outputs or neither: each is written aside and renamed at the end

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..files import fsync_path, remove_path
-from ..storage import StorageError
+from .storage import StorageError
 
 __all__ = ["COMMIT_STEPS", "commit", "fault_hook"]
 
@@ -66,7 +66,7 @@ def _renameat2(src: Path, dst: Path, flags: int) -> bool:
 def commit(tmp: Path, target: Path, overwrite: bool) -> None:
     """Give ``tmp`` the name ``target`` atomically; fsync the directory.
 
-    Raises :class:`~orchestrator.storage.StorageError` if ``target`` exists
+    Raises :class:`~orchestrator.engine.storage.StorageError` if ``target`` exists
     and ``overwrite`` is false (also when another stage committed it
     meanwhile), or if it is of another kind (a file against a directory).
     If a step fails, what was renamed is put back where it can be: the

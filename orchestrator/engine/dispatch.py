@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 from distributed.comm.addressing import get_address_host
 
-from ..cluster import IOCluster, ionode_name
 from ..contributions import Contribution, DatasetSpec
 from ..errors import InputError, StageError
 from ..layout import StageTransfers
 from ..plan import Plan
-from ..storage import backend_ref, crc32, fold_crc32, get_backend
+from .cluster import IOCluster, ionode_name
 from .options import DEFAULT_WINDOW
 from .program import Program, build_program, unit_ranges
+from .storage import backend_ref, crc32, fold_crc32, get_backend
 from .trace import Trace
 from .worker import abort, busy, run_ionode
 
@@ -216,7 +216,7 @@ def dispatch(
 
     Examples
     --------
-    Called by :func:`~orchestrator.stage.write_stage` after planning:
+    Called by :func:`~orchestrator.engine.stage.write_stage` after planning:
 
     >>> trace, sums = dispatch(cl, "hdf5", info, staged, plan, datasets, {},
     ...                        aggregate=False)  # doctest: +SKIP

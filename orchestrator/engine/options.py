@@ -1,6 +1,6 @@
 """How a write stage writes: one options object, defined once.
 
-:func:`~orchestrator.stage.write_stage`, the decorator
+:func:`~orchestrator.engine.stage.write_stage`, the decorator
 (:func:`~orchestrator.output_stage`), :func:`~orchestrator.capture` and the
 BIPS3D job all take these; each used to repeat the list of parameters.
 """
@@ -12,9 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
 from .. import defaults
 from ..cost import CostModel
 from ..errors import ContributionError, StageError
+from ..layout import STRATEGIES, LayoutError
+from .storage import get_backend
 
 __all__ = ["DEFAULT_WINDOW", "WriteOptions"]
 
@@ -29,7 +33,7 @@ class WriteOptions:
     Parameters
     ----------
     format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
-        Or any registered backend (:func:`~orchestrator.storage.backend_names`).
+        Or any registered backend (:func:`~orchestrator.engine.storage.backend_names`).
     policy : str
         Scheduling policy (see :func:`orchestrator.policies`).
     strategy : {"contiguous", "list", "two-phase"}
@@ -70,13 +74,17 @@ class WriteOptions:
 
     Examples
     --------
-    >>> opts = WriteOptions(format="zarr", policy="ecf")
+    >>> opts = WriteOptions(format="zarr", policy="hdf")
     >>> opts.updated(overwrite=True, block_size=4096).policy_options
     {'block_size': 4096}
     >>> WriteOptions(window=0)
     Traceback (most recent call last):
     ...
     orchestrator.errors.StageError: window must be a positive number of bytes, got 0
+    >>> WriteOptions(policy="ecf-ls").updated(moves="many")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.PolicyError: moves must be an integer >= 1, got 'many'
     """
 
     format: str = defaults.FORMAT
@@ -99,11 +107,25 @@ class WriteOptions:
         w = self.window
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise StageError(f"window must be a positive number of bytes, got {w!r}")
+        for name, error in (("stripe_bytes", LayoutError), ("n_ionodes", StageError)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v < 2**62:
+                raise error(f"{name} must be an integer >= 1, got {v!r}")
+        if self.strategy not in STRATEGIES:
+            raise LayoutError(
+                f"unknown strategy {self.strategy!r}; choose one of {list(STRATEGIES)}"
+            )
+        get_backend(self.format)  # an unknown format names itself and the known ones
         if self.direct is not None and not isinstance(self.direct, bool):
             raise StageError(f"direct must be True, False or None, got {self.direct!r}")
         for name in ("unique", "allow_missing", "overwrite"):
             if not isinstance(getattr(self, name), bool | int):
                 raise StageError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        # an unknown policy, a misspelt option (``polcy=``) or a value of the wrong kind fails
+        # here, when the options are made, not later when the stage plans
+        from ..policies import get_policy  # the policies load Numba: only once options are made
+
+        get_policy(self.policy).check_options(dict(self.policy_options))
         if self.attrs:
             try:
                 json.dumps(self.attrs)

@@ -15,7 +15,7 @@ range. On one machine this removes the copy between processes, which is
 what bounds a stage there; the I/O node still decides the order (batch by
 batch, in plan order), checksums every stripe and makes it durable. Only
 writers that put raw bytes at fixed positions of a plain file allow it
-(:meth:`~orchestrator.storage.Writer.file_identity`); a source that sees
+(:meth:`~orchestrator.engine.storage.Writer.file_identity`); a source that sees
 another file (another mount) sends its bytes instead.
 """
 
@@ -27,16 +27,17 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures import wait as wait_futures
 from typing import Any
 
 import numpy as np
 
 from ..contributions import ContributionError, cast_exactly
-from ..directio import contiguous_runs
 from ..errors import StageAborted as Aborted
 from ..files import remove_path
-from ..storage import Backend, crc32, get_backend
+from .directio import contiguous_runs
 from .program import Batch, NodeProgram
+from .storage import Backend, crc32, get_backend
 from .window import Fetch, Window, Write
 
 __all__ = ["Aborted", "abort", "busy", "cut", "run_ionode", "write_cut"]
@@ -343,6 +344,7 @@ def run_ionode(
     pool = ThreadPoolExecutor(3, thread_name_prefix=f"iorch-fetch-{s}")
     events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
     held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
+    gathers: list[Any] = []  # the background gathers of cut futures
     arrived: dict[int, dict[int, Any]] = {}  # batch -> cut index -> its bytes
     futures: dict[tuple[int, int], Any] = {dc: Future(k, client=client) for dc, k in keys.items()}
     writer = get_backend(fmt).writer(info, s, aggregate)
@@ -400,7 +402,8 @@ def run_ionode(
                 except BaseException as err:  # reported to the loop, which raises it
                     events.put(("error", b, err))
 
-            pool.submit(client.gather, cuts).add_done_callback(done)
+            gathers.append(pool.submit(client.gather, cuts))
+            gathers[-1].add_done_callback(done)
 
         def write_direct(b: Batch) -> dict[int, Any]:
             """The batch's cuts on sources of this host: they write, we wait (order holds
@@ -411,6 +414,7 @@ def run_ionode(
             futs = [submit(b, i, write_cut, fmt, info, s, identity) for i in mine]
             held[b.index].extend(futs)
             gathering = pool.submit(client.gather, futs)
+            gathers.append(gathering)
             while True:
                 try:
                     return dict(zip(mine, gathering.result(timeout=0.2), strict=True))
@@ -516,6 +520,10 @@ def run_ionode(
             writer.release()
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+            # a gather still under way when its futures are released asks the scheduler
+            # for forgotten keys, which logs an error and reschedules them: let it end
+            # first (bounded: a stage that is stopped must not wait on a dying source)
+            wait_futures([g for g in gathers if g.running()], timeout=2.0)
             for fs in held.values():
                 for f in fs:
                     f.release()

@@ -1,10 +1,12 @@
 """Scheduling policies: the registry, the papers' policies, and :func:`schedule`.
 
-- :mod:`.registry` — :class:`Policy`, :func:`register_policy`, :func:`policies`;
+- :mod:`.registry` — :class:`Policy`, :class:`PolicyOption` (the typed options a policy
+  declares, checked the same way by :func:`schedule`, a stage's write options and
+  ``iorch --option``), :func:`register_policy`, :func:`policies`;
 - :mod:`.classic` — the papers' policies, adapters over the Numba kernels;
 - :mod:`.meta` — split-opt, ecf-ls, exact and auto, which build their own units
   (with :mod:`.splitopt` and :mod:`.exact`);
-- :mod:`.options` — checked options;
+- :mod:`.options` — the checks behind each kind of option;
 - :mod:`.scheduling` — :func:`schedule`, TransferSet to Plan.
 
 A new policy is one module that calls :func:`register_policy`, and one test
@@ -17,6 +19,7 @@ from .registry import (
     KINDS,
     Built,
     Policy,
+    PolicyOption,
     get_policy,
     policies,
     register_policy,
@@ -30,6 +33,7 @@ __all__ = [
     "Built",
     "Policy",
     "PolicyError",
+    "PolicyOption",
     "get_policy",
     "policies",
     "register_policy",

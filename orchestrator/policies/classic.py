@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from ..kernels import bidding, decentralized, greedy, matching
 from ..kernels.rng import make_state
-from .registry import Policy, register_policy
+from .registry import Policy, PolicyOption, register_policy
 
 __all__: list[str] = []
 
 KiB = 1024
-_BLOCK = "block_size (bytes, default {0}): transfers are cut into pieces of this size"
+
+
+def _block(default: int) -> PolicyOption:
+    return PolicyOption(
+        "block_size", "int", default, "bytes; transfers are cut into pieces of this size"
+    )
+
+
 _WU = "Wu, Lin & Liu, Efficient Distributed Algorithms for Parallel I/O Scheduling"
 _ISAILA = "Isaila et al., decentralized parallel I/O scheduling in Clusterfile"
 
@@ -140,7 +147,7 @@ register_policy(
         origin=f"Durand et al. 2003; {_WU}, sec. 1 (UAR); {_ISAILA}, sec. 3",
         kind="bidding",
         randomised=True,
-        parameters={"block_size": _BLOCK.format(32 * KiB)},
+        options=(_block(32 * KiB),),
         default_block_size=32 * KiB,
         run=_rand,
     )
@@ -153,7 +160,7 @@ register_policy(
         origin=f"Durand et al. 2003; {_WU}, sec. 4",
         kind="bidding",
         randomised=True,
-        parameters={"block_size": _BLOCK.format(32 * KiB)},
+        options=(_block(32 * KiB),),
         default_block_size=32 * KiB,
         run=_hdf,
     )
@@ -165,7 +172,7 @@ register_policy(
         summary="Decentralized: clients send blocks in file-offset order; I/O nodes serve FIFO.",
         origin=f"{_ISAILA}, sec. 6",
         kind="decentralized",
-        parameters={"block_size": _BLOCK.format(64 * KiB)},
+        options=(_block(64 * KiB),),
         default_block_size=64 * KiB,
         run=_first_ios,
     )
@@ -178,7 +185,7 @@ register_policy(
         origin=f"{_ISAILA}, sec. 6",
         kind="decentralized",
         randomised=True,
-        parameters={"block_size": _BLOCK.format(64 * KiB)},
+        options=(_block(64 * KiB),),
         default_block_size=64 * KiB,
         run=_random_ios,
     )
@@ -191,7 +198,7 @@ register_policy(
         "exhausted ones.",
         origin=f"{_ISAILA}, sec. 6",
         kind="decentralized",
-        parameters={"block_size": _BLOCK.format(64 * KiB)},
+        options=(_block(64 * KiB),),
         default_block_size=64 * KiB,
         run=_hash_ios,
     )

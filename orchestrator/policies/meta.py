@@ -19,8 +19,8 @@ from ..kernels import localsearch
 from ..kernels.timing import list_schedule
 from ..plan import Plan
 from ..transfers import TransferSet
-from .options import bool_option, float_option, int_option, start_option
-from .registry import Built, Policy, register_policy
+from .options import bool_option, float_option, int_option
+from .registry import Built, Policy, PolicyOption, register_policy, start_option
 from .scheduling import schedule
 from .splitopt import split_opt_units
 
@@ -177,6 +177,20 @@ def _auto(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) ->
     )
 
 
+_MIN_PIECE = PolicyOption(
+    "min_piece",
+    "int",
+    4 * KiB,
+    "bytes (a page); no piece of a cut transfer but its last is smaller (slots too "
+    "short for it stay empty)",
+)
+_ALIGN = PolicyOption(
+    "align",
+    "int",
+    1,
+    "bytes; cut offsets are multiples of this, from the transfer's start (e.g. a stripe size)",
+)
+
 register_policy(
     Policy(
         name="split-opt",
@@ -184,12 +198,7 @@ register_policy(
         "(Birkhoff–von Neumann phases).",
         origin="Gonzalez & Sahni 1976 (preemptive open shop); Birkhoff–von Neumann decomposition",
         kind="centralized",
-        parameters={
-            "min_piece": "min_piece (bytes, default 4096, a page): no piece of a cut transfer "
-            "but its last is smaller (slots too short for it stay empty)",
-            "align": "align (bytes, default 1): cut offsets are multiples of this, from the "
-            "transfer's start (e.g. a stripe size)",
-        },
+        options=(_MIN_PIECE, _ALIGN),
         build=_split_opt,
     )
 )
@@ -201,13 +210,18 @@ register_policy(
         "critical path while the makespan drops.",
         origin="this project; moves after the open-shop local search literature",
         kind="centralized",
-        parameters={
-            "start": "start (policy name, default 'ecf'): the plan to improve",
-            "moves": "moves (default 5000): most candidate moves evaluated",
-            "window": "window (default 64): a critical transfer may move before this many "
-            "of the transfers preceding it on its client or I/O node",
-            "time_limit": "time_limit (seconds, default 1.0): wall-time budget",
-        },
+        options=(
+            PolicyOption("start", "policy", "ecf", "the plan to improve"),
+            PolicyOption("moves", "int", 5000, "most candidate moves evaluated"),
+            PolicyOption(
+                "window",
+                "int",
+                64,
+                "a critical transfer may move before this many of the transfers preceding "
+                "it on its client or I/O node",
+            ),
+            PolicyOption("time_limit", "float", 1.0, "seconds of wall time it may take"),
+        ),
         build=_ecf_ls,
     )
 )
@@ -218,7 +232,7 @@ register_policy(
         summary="Non-preemptive optimum with OR-Tools CP-SAT (small sets); records the proven gap.",
         origin="CP-SAT interval model (one interval per transfer, NoOverlap per endpoint)",
         kind="centralized",
-        parameters={"time_limit": "time_limit (seconds, default 10): solver budget"},
+        options=(PolicyOption("time_limit", "float", 10.0, "seconds the solver may take"),),
         build=_exact,
         warm=False,  # the solver's start-up is part of its cost
         # two CP-SAT workers stopped by a wall-clock limit: the same seed may end elsewhere
@@ -233,13 +247,18 @@ register_policy(
         "scheduling time + makespan.",
         origin="this project",
         kind="centralized",
-        parameters={
-            "split": "split (default True): may cut transfers (split-opt is a candidate)",
-            "time_limit": "time_limit (seconds, default 1.0): budget of the ecf-ls candidate "
-            "(never more than 1% of the best makespan found before it)",
-            "min_piece": "min_piece: passed to split-opt",
-            "align": "align: passed to split-opt",
-        },
+        options=(
+            PolicyOption("split", "bool", True, "may cut transfers (split-opt is a candidate)"),
+            PolicyOption(
+                "time_limit",
+                "float",
+                1.0,
+                "seconds of the ecf-ls candidate (never more than 1% of the best makespan "
+                "found before it)",
+            ),
+            _MIN_PIECE,
+            _ALIGN,
+        ),
         build=_auto,
         candidates=("ecf", "mwm", "ecf-ls", "split-opt"),
     )

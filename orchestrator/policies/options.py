@@ -1,4 +1,11 @@
-"""Checked policy options: each bad value is an error naming the option and the value."""
+"""Checked policy options: each bad value is an error naming the option and the value.
+
+A policy declares its options as :class:`~orchestrator.policies.PolicyOption`
+values (kind, default, meaning, in :mod:`.registry`);
+:func:`~orchestrator.policies.schedule`, the write options of a stage and the
+``iorch`` command line all check and parse them from that one declaration, with
+these functions.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import PolicyError
-from .registry import policies
 
-__all__ = ["bool_option", "float_option", "int_option", "start_option"]
+__all__ = ["bool_option", "float_option", "int_option"]
 
 
 def int_option(options: dict[str, Any], name: str, default: int, low: int = 1) -> int:
@@ -54,20 +60,3 @@ def bool_option(options: dict[str, Any], name: str, default: bool) -> bool:
     if not isinstance(v, bool | np.bool_):
         raise PolicyError(f"{name} must be True or False, got {v!r}")
     return bool(v)
-
-
-def start_option(options: dict[str, Any], default: str, own: str) -> str:
-    """``options["start"]`` (or ``default``): a policy on whole transfers to start from.
-
-    Examples
-    --------
-    >>> start_option({"start": "mwm"}, "ecf", "ecf-ls")
-    'mwm'
-    """
-    v = options.get("start", default)
-    known = policies()
-    p = known.get(v) if isinstance(v, str) else None
-    if p is None or p.default_block_size is not None or p.build is not None:
-        ok = sorted(q.name for q in known.values() if q.run and q.default_block_size is None)
-        raise PolicyError(f"start must be a policy on whole transfers {ok}, got {v!r} ({own})")
-    return v

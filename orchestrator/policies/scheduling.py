@@ -106,6 +106,10 @@ def schedule(
             f"policy {p.name!r} has no option(s) {unknown}; "
             f"its options are {sorted(p.parameters) or 'none'}"
         )
+    # each value of its declared kind, whichever front end gave it
+    options = {
+        k: v if k == "block_size" else p.option(k).check(v, p.name) for k, v in options.items()
+    }
     block_size = None
     if p.default_block_size is not None:
         block_size = options.get("block_size", p.default_block_size)

@@ -14,7 +14,7 @@ the lower bound, and never below an exact optimum where one is given
 :class:`BackendTests` writes random stages through a backend's writers,
 commits them, and checks every byte through the backend's own reader and
 its ``open``, the stripe checksums, the manifest, and that the committed
-target is recognised as this format (:func:`~orchestrator.storage.format_of`).
+target is recognised as this format (:func:`~orchestrator.engine.storage.format_of`).
 
 Examples
 --------
@@ -199,8 +199,8 @@ class BackendTests:
     ) -> dict[str, Any]:
         """Write ``values`` of ``specs`` into ``target`` through the backend; the manifest."""
         from ..engine.commit import commit
+        from ..engine.storage import MANIFEST_VERSION, get_backend
         from ..layout import StripeLayout
-        from ..storage import MANIFEST_VERSION, get_backend
 
         backend = get_backend(self.format)
         rng = np.random.default_rng(seed)
@@ -253,7 +253,7 @@ class BackendTests:
 
     def suffix(self) -> str:
         """The target's file name ending for this format."""
-        from ..storage import get_backend
+        from ..engine.storage import get_backend
 
         return get_backend(self.format).suffix
 
@@ -261,7 +261,7 @@ class BackendTests:
     @given(st.data())
     def test_every_byte_reads_back(self, tmp_path_factory: Any, data: Any) -> None:
         from ..contributions import DatasetSpec
-        from ..storage import format_of, get_backend
+        from ..engine.storage import format_of, get_backend
 
         n_ionodes = data.draw(st.integers(1, 4))
         specs, values = [], []
@@ -276,7 +276,7 @@ class BackendTests:
         manifest = self.write(
             target, specs, values, n_ionodes, stripe, data.draw(st.integers(0, 99))
         )
-        from ..stage import open_datasets, verify
+        from ..engine.stage import open_datasets, verify
 
         backend = get_backend(self.format)
         assert format_of(target) == self.format
@@ -290,7 +290,7 @@ class BackendTests:
                 np.testing.assert_array_equal(np.asarray(opened[spec.name][...]), val)
 
     def test_is_registered_and_recognises_only_its_own(self, tmp_path: Path) -> None:
-        from ..storage import backend_names, get_backend
+        from ..engine.storage import backend_names, get_backend
 
         assert self.format in backend_names()
         backend = get_backend(self.format)

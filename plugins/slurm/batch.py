@@ -16,6 +16,27 @@ from orchestrator.errors import SlurmError, SlurmUnreachable
 
 _TIME = re.compile(r"([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}")
 _NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+#: Slurm keeps a time limit in 32-bit minutes; all ones means INFINITE
+_SLURM_MAX_MINUTES = 2**32 - 1
+
+
+def _minutes(time_limit: str) -> float:
+    """Minutes of a time limit in one of Slurm's forms (checked by ``_TIME``).
+
+    Examples
+    --------
+    >>> _minutes("90"), _minutes("1:30"), _minutes("1:00:00"), _minutes("2-1"), _minutes("1-0:1:30")
+    (90.0, 1.5, 60.0, 2940.0, 1441.5)
+    """
+    days, _, rest = time_limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = [*parts, 0, 0][:3]
+    elif len(parts) == 3:
+        h, m, sec = parts
+    else:  # M or M:S
+        h, m, sec = 0, parts[0], [*parts, 0][1]
+    return int(days or 0) * 1440 + h * 60 + m + sec / 60
 
 
 def batch_script(
@@ -72,6 +93,11 @@ def batch_script(
     if not isinstance(time_limit, str) or not _TIME.fullmatch(time_limit):
         raise SlurmError(
             f"--time {time_limit!r}: use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS (Slurm's forms)"
+        )
+    if _minutes(time_limit) >= _SLURM_MAX_MINUTES:
+        raise SlurmError(
+            f"--time {time_limit!r} is beyond what Slurm can hold "
+            f"({_SLURM_MAX_MINUTES - 1:,} minutes)"
         )
     for name, val in (("--partition", partition), ("--account", account), ("--job-name", job_name)):
         if val is not None and not _NAME.fullmatch(val):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cluster import (
+from orchestrator.engine.cluster import (
     LOOPBACK,
     IOCluster,
     discover_workers,
@@ -174,7 +174,7 @@ def parsl_config(
     from parsl.launchers import SrunLauncher
     from parsl.providers import SlurmProvider
 
-    from orchestrator.intercept import SCHEDULER_ENV
+    from orchestrator.frontends.intercept import SCHEDULER_ENV
 
     for name, val in (("partition", partition), ("account", account)):
         if val is not None and not _NAME.fullmatch(val):

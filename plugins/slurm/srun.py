@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from orchestrator.cluster import (
+from orchestrator.engine.cluster import (
     LOOPBACK,
     ClusterError,
     IOCluster,
@@ -332,7 +332,7 @@ def workflow_cluster(
     ...     io.n_ionodes
     2
     """
-    from orchestrator.cluster import local_cluster
+    from orchestrator.engine.cluster import local_cluster
 
     if cluster not in CLUSTERS:
         raise InputError(f"--cluster {cluster!r}: choose one of {list(CLUSTERS)}")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.engine import commit as commit_module
+from orchestrator.engine.cluster import local_cluster
 
 SUFFIX = {"hdf5": ".h5", "hdf5-vds": ".h5", "zarr": ".zarr"}
 

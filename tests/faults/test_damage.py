@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.engine.storage import format_of, get_backend
 from orchestrator.errors import CheckpointError
-from orchestrator.storage import format_of, get_backend
 
 IORCH = str(Path(sys.executable).with_name("iorch"))
 SUFFIX = {"hdf5": ".h5", "zarr": ".zarr"}

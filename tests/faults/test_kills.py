@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import orchestrator as orc
-from orchestrator.cluster import local_cluster
 from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.engine.cluster import local_cluster
 from orchestrator.errors import StageError
 
 POLICIES = {"ms-ecf": 11, "uar": 12, "first-ios": 13}  # policy -> seed of its kill points

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import defaults
+from .. import defaults
+from ..contributions import Contribution, DatasetSpec
+from ..cost import CostModel
+from ..errors import InputError
+from ..files import private_file, remove_path
 from .cluster import IOCluster
-from .contributions import Contribution, DatasetSpec
-from .cost import CostModel
-from .errors import InputError
-from .files import private_file, remove_path
 from .stage import write_stage
 
 __all__ = [
@@ -48,20 +48,30 @@ _UNITS = {
 }
 
 
-def parse_size(text: str) -> int:
-    """Bytes in a size such as ``"2GiB"``, ``"512MiB"``, ``"1e6"``.
+def parse_size(text: str, what: str = "size") -> int:
+    """Bytes in a size such as ``"2GiB"``, ``"512MiB"``, ``"1e6"``; ``what`` names it in errors.
 
     Examples
     --------
     >>> parse_size("2GiB"), parse_size("64 KiB"), parse_size("1000")
     (2147483648, 65536, 1000)
+    >>> parse_size("1.2.3", "--stripe")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.InputError: --stripe '1.2.3' is not a number with a unit such as MiB or GiB
     """
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise InputError(f"size {text!r} is not a number with a unit such as MiB or GiB")
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    try:
+        number = float(m.group(1)) if m else float("nan")
+    except ValueError:
+        number = float("nan")
+    if not m or m.group(2).lower() not in _UNITS or number != number:
+        raise InputError(f"{what} {text!r} is not a number with a unit such as MiB or GiB")
+    value = number * _UNITS[m.group(2).lower()]
     if value < 1:
-        raise InputError(f"size {text!r} must be at least one byte")
+        raise InputError(f"{what} {text!r} must be at least one byte")
+    if value >= 2**63:
+        raise InputError(f"{what} {text!r} is beyond any disk (2**63 bytes or more)")
     return int(value)
 
 
@@ -86,7 +96,7 @@ def raw_write_bandwidth(
     """Bytes/s of one process writing ``nbytes`` sequentially in ``block``-byte writes + fsync.
 
     With ``direct``, whole pages go to the device with ``O_DIRECT``
-    (:class:`~orchestrator.directio.PositionedFile`, as the engine writes).
+    (:class:`~orchestrator.engine.directio.PositionedFile`, as the engine writes).
 
     ``data`` (bytes to write, cycled) defaults to the synthetic stage's kind
     of values: what is written matters where storage compresses or
@@ -150,7 +160,7 @@ def pieces_write_seconds(
 
     The pieces tile a new file; each compute worker writes an equal share of
     them, in random order, side by side with the others, as the engine's
-    direct writes do (:class:`~orchestrator.directio.PositionedFile`, whole
+    direct writes do (:class:`~orchestrator.engine.directio.PositionedFile`, whole
     pages with ``O_DIRECT``), then fsyncs — with no plan, no batches and no
     coordination. What a device does with pieces of a stage's sizes bounds
     any schedule of them on this machine: small writes are slower per byte
@@ -231,7 +241,7 @@ def calibrated_cost(
     (measured here with ``O_DIRECT``: 0.6 GB/s in 64 KiB writes, 1.6 GB/s in
     4 MiB ones), which a model of bytes alone does not see. Without
     ``directory``, the concurrent worker-to-worker copy rate
-    (:meth:`~orchestrator.cluster.IOCluster.ingest_bandwidth`) and the raw
+    (:meth:`~orchestrator.engine.cluster.IOCluster.ingest_bandwidth`) and the raw
     disk bandwidth are shared equally by the I/O nodes.
 
     Examples

@@ -21,18 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from .assignment import assign_holdings
+from ..assignment import assign_holdings
+from ..contributions import Contribution, ContributionError, DatasetSpec, gather
+from ..files import remove_path
+from ..layout import StripeLayout, derive_transfers
+from ..limits import check_disk
+from ..plan import Plan
+from ..policies import get_policy, schedule
+from ..transfers import TransferSet
 from .cluster import IOCluster, local_cluster
-from .contributions import Contribution, ContributionError, DatasetSpec, gather
-from .engine.commit import commit
-from .engine.dispatch import Staged, StageError, dispatch, fill_pieces, stop
-from .engine.options import WriteOptions
-from .engine.trace import Trace
-from .files import remove_path
-from .layout import StripeLayout, derive_transfers
-from .limits import check_disk
-from .plan import Plan
-from .policies import get_policy, schedule
+from .commit import commit
+from .dispatch import Staged, StageError, dispatch, fill_pieces, stop
+from .options import WriteOptions
 from .storage import (
     MANIFEST_VERSION,
     StorageError,
@@ -42,7 +42,7 @@ from .storage import (
     read_checked_manifest,
     stripe_checksum,
 )
-from .transfers import TransferSet
+from .trace import Trace
 
 __all__ = [
     "Described",
@@ -56,7 +56,7 @@ __all__ = [
     "write_stage",
 ]
 
-log = logging.getLogger("orchestrator.stage")
+log = logging.getLogger("orchestrator.engine.stage")
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,7 +305,7 @@ def write_stage(
     Without ``cluster`` an embedded cluster of worker processes is started
     (and stopped) here; scripts that do this need the usual
     ``if __name__ == "__main__":`` guard of multiprocessing. Pass an
-    :class:`~orchestrator.cluster.IOCluster` to reuse one across stages.
+    :class:`~orchestrator.engine.cluster.IOCluster` to reuse one across stages.
 
     Examples
     --------

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError
-from .storage import read_checked_manifest
+from ..engine.storage import read_checked_manifest
+from ..errors import CheckpointError
 
 __all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
 
@@ -82,8 +82,8 @@ def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: boo
     >>> with open_checkpoint("ckpt/step3.h5", lazy=True) as data:  # doctest: +SKIP
     ...     first = data["u"][:10]
     """
-    from .stage import open_datasets
-    from .stage import verify as check
+    from ..engine.stage import open_datasets
+    from ..engine.stage import verify as check
 
     path = Path(path)
     if not path.exists():
@@ -135,7 +135,7 @@ def latest_checkpoint(
 
     candidates = [p for p in glob.glob(os.fspath(pattern)) if not Path(p).name.startswith(".")]
     candidates.sort(key=lambda p: (_natural_key(p), mtime(p)), reverse=True)
-    from .stage import verify as check
+    from ..engine.stage import verify as check
 
     for p in candidates:
         path = Path(p)

@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from . import defaults
+from .. import defaults
+from ..contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
+from ..engine.options import WriteOptions
+from ..engine.storage import get_backend
+from ..errors import CaptureError
 from .checkpoint import Checkpoint
-from .contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
-from .engine.options import WriteOptions
-from .errors import CaptureError
 
 __all__ = ["CaptureError", "CapturedDataset", "CapturedFile", "capture"]
 
@@ -172,7 +173,7 @@ class CapturedFile:
         if mode not in ("w", "w-", "x"):
             raise CaptureError(f"mode {mode!r}: a capture creates a new checkpoint; use 'w'")
         self.filename = os.fspath(target)
-        #: The committed :class:`~orchestrator.checkpoint.Checkpoint`, once the block ended.
+        #: The committed :class:`~orchestrator.Checkpoint`, once the block ended.
         self.checkpoint: Checkpoint | None = None
         self.attrs = _Attrs()
         self._datasets: dict[str, CapturedDataset] = {}
@@ -319,6 +320,21 @@ def capture(
     """
     from .intercept import OutputStage, StageOptions
 
+    # what the block cannot change is checked before it runs, not when it ends
+    if (
+        isinstance(clients, bool)
+        or not isinstance(clients, int | np.integer)
+        or not 1 <= clients < 2**63
+    ):
+        raise CaptureError(f"clients must be an integer >= 1, got {clients!r}")
+    if (
+        isinstance(client, bool)
+        or not isinstance(client, int | np.integer)
+        or not 0 <= client < clients
+    ):
+        raise CaptureError(f"client must be an integer in [0, clients={clients}), got {client!r}")
+    get_backend(format)
+    WriteOptions(format=format, overwrite=overwrite).updated(**stage_options)
     f = CapturedFile(target, mode)
     escaped = os.fspath(target).replace("{", "{{").replace("}", "}}")
     name = f"capture:{f.filename}"  # every capture of one target agrees on it: one stage

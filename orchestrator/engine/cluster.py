@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ClusterError
+from ..errors import ClusterError
 
 __all__ = [
     "ClusterError",
@@ -30,7 +30,7 @@ __all__ = [
     "local_cluster",
 ]
 
-log = logging.getLogger("orchestrator.cluster")
+log = logging.getLogger("orchestrator.engine.cluster")
 
 LOOPBACK = "127.0.0.1"
 
@@ -365,7 +365,7 @@ def local_cluster(
 
     Examples
     --------
-    >>> from orchestrator.cluster import local_cluster
+    >>> from orchestrator.engine.cluster import local_cluster
     >>> with local_cluster(n_ionodes=2, n_compute=1) as cl:  # doctest: +SKIP
     ...     cl.ionodes
     ['tcp://127.0.0.1:...', 'tcp://127.0.0.1:...']
@@ -432,7 +432,7 @@ def connect(address: str | None = None, scheduler_file: str | None = None) -> IO
 
     Examples
     --------
-    >>> from orchestrator.cluster import connect
+    >>> from orchestrator.engine.cluster import connect
     >>> cl = connect(scheduler_file="scheduler.json")  # doctest: +SKIP
     """
     from distributed import Client

@@ -13,7 +13,7 @@ Every call of ``save`` with the same ``step`` contributes to one write stage.
 When the ``clients``-th call of a step arrives the orchestrator gathers the
 contributions, resolves replicas, plans, dispatches to the I/O workers and
 commits; each call gives a future of the committed
-:class:`~orchestrator.checkpoint.Checkpoint`:
+:class:`~orchestrator.frontends.checkpoint.Checkpoint`:
 
 - plain Python (a loop, a notebook): the call returns a
   :class:`concurrent.futures.Future`; the last call of a step runs the stage
@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from . import defaults
+from .. import defaults
+from ..contributions import Contribution, ContributionError, DatasetSpec
+from ..engine.options import WriteOptions
+from ..engine.storage import get_backend
 from .checkpoint import Checkpoint
-from .contributions import Contribution, ContributionError, DatasetSpec
-from .engine.options import WriteOptions
-from .storage import get_backend
 
 __all__ = ["OutputStage", "StageOptions", "output_stage", "set_default_cluster"]
 
@@ -102,6 +102,9 @@ def render_target(template: str, **values: Any) -> Path:
     def bad(why: str) -> ContributionError:
         return ContributionError(f"target {template!r}: {why}")
 
+    if not isinstance(template, str | os.PathLike):
+        raise bad("must be a path or a string")
+    template = os.fspath(template)
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as err:
@@ -207,8 +210,8 @@ def _run(
     cluster: Any,
     contributions: Mapping[str, list[Any]],
 ) -> Checkpoint:
-    """Write one step: infer the specs, then :func:`~orchestrator.stage.write_stage`."""
-    from .stage import describe, is_future, write_stage
+    """Write one step: infer the specs, then :func:`~orchestrator.engine.stage.write_stage`."""
+    from ..engine.stage import describe, is_future, write_stage
 
     # one round of small tasks for every remote contribution of every dataset: its rows
     # give the shape here and are handed on, so write_stage does not ask again
@@ -239,7 +242,7 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def set_default_cluster(cluster: Any) -> None:
-    """Use ``cluster`` (an :class:`~orchestrator.cluster.IOCluster`) for plain-Python stages.
+    """Use ``cluster`` (an :class:`~orchestrator.engine.cluster.IOCluster`) for plain-Python stages.
 
     Without it the first stage starts an embedded local cluster, stopped at exit.
 
@@ -252,7 +255,7 @@ def set_default_cluster(cluster: Any) -> None:
 
 
 def _default_cluster(n_ionodes: int) -> Any:
-    from .cluster import local_cluster
+    from ..engine.cluster import local_cluster
 
     with _DEFAULT_LOCK:
         if _DEFAULT.get("cluster") is None:
@@ -341,7 +344,7 @@ class OutputStage:
         step, client = self._key(args, kwargs)
         opts = self.options
         scheduler = opts.scheduler or os.environ.get(SCHEDULER_ENV)
-        from .plugins import dask as dask_plugin
+        from ..plugins import dask as dask_plugin
 
         if dask_plugin.in_dask_task() or (scheduler and opts.cluster is None):
             if opts.clients is None:
@@ -432,7 +435,7 @@ def output_stage(
         Required on Dask and Parsl; in plain Python, without it, call
         ``stage.commit(step)``.
     format, policy, strategy, stripe_bytes, assignment, allow_missing, overwrite
-        As in :func:`orchestrator.stage.write_stage`.
+        As in :func:`orchestrator.engine.stage.write_stage`.
     step, client : str
         Names of the parameters holding the step key (``None``: one step) and
         the calling client's id (default: the first of ``client``, ``rank``,
@@ -481,8 +484,10 @@ def output_stage(
             overwrite=overwrite,
             n_ionodes=n_ionodes,
         )
+        template = target or f"{{name}}-step{{step}}{suffix}"
+        render_target(template, step=0, name="stage")  # a field it may not use fails here
         opts = StageOptions(
-            target=target or f"{{name}}-step{{step}}{suffix}",
+            target=template,
             clients=clients,
             write=write,
             step=step,
@@ -492,7 +497,11 @@ def output_stage(
             cluster=cluster,
             wait=wait,
         )
-        if clients is not None and (isinstance(clients, bool) or clients < 1):
+        if clients is not None and (
+            isinstance(clients, bool)
+            or not isinstance(clients, int | np.integer)
+            or not 1 <= clients < 2**63
+        ):
             raise ContributionError(f"clients must be an integer >= 1, got {clients!r}")
         return OutputStage(f, opts)
 

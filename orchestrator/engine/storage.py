@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from .contributions import DatasetSpec
-from .errors import CheckpointError, OrchestratorError, StorageError
-from .layout import StripeLayout
+from ..contributions import DatasetSpec
+from ..errors import CheckpointError, OrchestratorError, StorageError
+from ..layout import StripeLayout
 
 __all__ = [
     "Backend",
@@ -110,7 +110,7 @@ def fold_crc32(crcs: Sequence[int], lengths: Sequence[int]) -> int:
         return acc
     import numpy as np
 
-    from .kernels import crc
+    from ..kernels import crc
 
     return int(crc.fold(np.array(crcs, dtype=np.uint32), np.array(lengths, dtype=np.int64)))
 
@@ -591,7 +591,7 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     at least one row), a ``dtype`` NumPy knows, a ``stripe_bytes`` of at least
     one byte and ``checksums`` mapping byte offsets (whole numbers, on stripe
     starts, inside the dataset) to 8 hex digits. What the checksums say of the
-    bytes is :func:`~orchestrator.stage.verify`'s job.
+    bytes is :func:`~orchestrator.engine.stage.verify`'s job.
 
     Examples
     --------
