@@ -408,12 +408,12 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     fill=st.integers(-5, 5),
     data=st.data(),
 )
-def test_whole_stripe_writer_reuses_buffers_without_leaking_old_rows(
+def test_whole_stripe_writer_stores_put_rows_and_the_fill_value_elsewhere(
     n_rows, rows_per_stripe, fill, data
 ):
-    """Stripes stored in any order, some rows never written: every stored stripe holds
-    exactly the rows put into it and the fill value elsewhere, although its buffer may be
-    one an earlier stripe used."""
+    """Rows put in any order, some never: every stored stripe holds exactly the rows put
+    into it and the fill value elsewhere, and only stripes something was put into are
+    stored."""
     from orchestrator.engine.storage import WholeStripeWriter, stripe_meta
 
     spec = DatasetSpec("u", (n_rows, 2), "int32", fill_value=fill)

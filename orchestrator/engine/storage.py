@@ -237,16 +237,10 @@ class WholeStripeWriter(Writer):
     ``rows_per_stripe``, ``stripe_bytes`` and ``row_bytes``.
     """
 
-    #: stored stripes' buffers kept for the next stripes of the same shape (per writer)
-    KEEP = 2
-
     def __init__(self, meta: dict[str, dict[str, Any]]) -> None:
         self.meta = meta
         self.buffers: dict[tuple[str, int], tuple[Any, list[int]]] = {}
         self.sums: dict[tuple[str, int], str] = {}
-        # a stripe's buffer is reused once stored: fresh memory costs a page fault per
-        # page (on a virtual machine a large part of a Zarr stage's CPU time went there)
-        self._free: dict[tuple[tuple[int, ...], str], list[Any]] = {}
 
     @abstractmethod
     def store(self, name: str, k: int, rows: Any) -> None:
@@ -275,23 +269,9 @@ class WholeStripeWriter(Writer):
             m = self.meta[name]
             r0 = k * m["rows_per_stripe"]
             r1 = min(r0 + m["rows_per_stripe"], m["shape"][0])
-            shape = (r1 - r0, *m["shape"][1:])
-            free = self._free.get((shape, m["dtype"]))
-            if free:
-                rows = free.pop()
-                rows[...] = m["fill_value"]
-            else:
-                rows = np.full(shape, m["fill_value"], dtype=np.dtype(m["dtype"]))
+            rows = np.full((r1 - r0, *m["shape"][1:]), m["fill_value"], dtype=np.dtype(m["dtype"]))
             self.buffers[key] = (rows, [0])
         return self.buffers[key]
-
-    def _store_buffered(self, name: str, k: int) -> None:
-        """Store a gathered stripe, then keep its buffer for the next one."""
-        rows = self.buffers.pop((name, k))[0]
-        self._store(name, k, rows)  # the format has encoded and written it: rows is free
-        free = self._free.setdefault((rows.shape, self.meta[name]["dtype"]), [])
-        if len(free) < self.KEEP:
-            free.append(rows)
 
     def put(self, dataset: str, offset: int, data: memoryview) -> None:
         import numpy as np
@@ -307,12 +287,11 @@ class WholeStripeWriter(Writer):
             filled[0] += n
             pos += n
             if filled[0] == flat.size:
-                self._store_buffered(dataset, k)
+                self._store(dataset, k, self.buffers.pop((dataset, k))[0])
 
     def flush(self) -> None:
         for name, k in list(self.buffers):
-            self._store_buffered(name, k)
-        self._free.clear()
+            self._store(name, k, self.buffers.pop((name, k))[0])
 
     def store_whole(
         self, pieces: Sequence[tuple[str, int, memoryview]]
