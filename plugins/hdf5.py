@@ -239,6 +239,7 @@ class ChunkedSubfileWriter(WholeStripeWriter):
 
     def release(self) -> None:
         self.file.close()
+        super().release()
 
 
 class HDF5SubfileBackend(HDF5Backend):

@@ -72,6 +72,7 @@ class ZarrWriter(WholeStripeWriter):
 
     def release(self) -> None:
         self.arrays.clear()
+        super().release()
 
 
 class ZarrBackend(Backend):

@@ -191,6 +191,38 @@ def test_io_worker_memory_is_bounded_by_the_window(cluster, tmp_path):
     assert verify(tmp_path / "d.h5") == []
 
 
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5-chunked"])
+def test_whole_stripe_formats_spill_to_stay_within_the_window(cluster, tmp_path, fmt):
+    """Zarr shards and compressed chunks are stored whole, and with every row alternating
+    between clients no stripe completes before the end of the stage: the pieces waiting
+    for the rest of their stripes are spilled to a scratch file, so what an I/O worker
+    holds (batches fetched and pieces waiting) stays within the window, the data read
+    back is exact, and no scratch file is left in the output."""
+    n, width = 4096, 64  # 2 MiB of float64: 512 KiB per I/O node, 4x the window
+    spec = DatasetSpec("u", (n, width), "float64")
+    rows = np.arange(n)
+    values = np.repeat(rows[:, None].astype(float), width, axis=1) + 0.5
+    parts = [Contribution(c, rows[c::4], values[c::4]) for c in range(4)]
+    window = 128 << 10
+    target = tmp_path / f"s.{fmt}"
+    res = write_stage(
+        target,
+        {"u": (spec, parts)},
+        format=fmt,
+        policy="hdf",  # client after client: a stripe's last piece comes with the last client
+        cluster=cluster,
+        stripe_bytes=64 << 10,
+        window=window,
+        direct=False,
+    )
+    peaks = res.trace.peak_held
+    assert peaks.max() <= window and peaks.min() > window // 4
+    assert np.array_equal(_read(fmt, target)["u"], values)
+    assert verify(target) == []
+    left = [p.name for p in target.rglob("*") if "spill" in p.name]
+    assert not left and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_hdf5_subfiles_are_read_through_a_virtual_dataset(cluster, tmp_path):
     datasets, truth = _case(seed=4)
     target = tmp_path / "vds"

@@ -8,6 +8,7 @@ receives byte ranges of datasets and decides when to write them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import zlib
@@ -220,9 +221,25 @@ class Writer(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
 
+    def held_bytes(self) -> int:
+        """Bytes this writer buffers now, of pieces put and not yet written (0: none)."""
+        return 0
+
     def add_stored(self, dataset: str, offset: int, checksum: str) -> None:
         """A stripe a source stored whole, with its checksum (``direct == "stripes"``)."""
         raise NotImplementedError(f"{type(self).__name__} takes no direct writes")
+
+
+class _OpenStripe:
+    """A stripe some of whose bytes arrived: the pieces held, and those spilled."""
+
+    __slots__ = ("held", "pieces", "slot", "spilled")
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, bytes]] = []  # (byte in stripe, bytes) held in memory
+        self.held = 0  # bytes of ``pieces``
+        self.spilled: list[tuple[int, int]] = []  # (byte in stripe, nbytes) in the spill file
+        self.slot = -1  # the stripe's place in the spill file
 
 
 class WholeStripeWriter(Writer):
@@ -233,18 +250,52 @@ class WholeStripeWriter(Writer):
     is stored as soon as all its bytes arrived; stripes with allowed-missing
     rows are stored at :meth:`flush`, padded with the fill value.
 
+    **Bounded memory.** In plan order a stripe's pieces come from many
+    clients, so most stripes complete only near the end of the stage and an
+    I/O node would hold all of its pieces at once. With a :attr:`limit` and
+    a :attr:`spill_path`, when the pieces held exceed the limit those of the
+    stripes completed last (:attr:`due`; the fullest among equals) are
+    *spilled*: written, raw, at their place in a scratch file. When a stripe
+    completes, its spilled pieces are read back and the stripe is stored
+    whole as usual. Each byte is spilled at most once,
+    nothing of the format is written twice, and the file is removed by
+    :meth:`flush` and :meth:`release` (as Dask's workers spill to disk, with
+    the same cost: a copy to the page cache and back).
+
     ``meta[name]`` holds ``shape``, ``dtype``, ``fill_value``,
     ``rows_per_stripe``, ``stripe_bytes`` and ``row_bytes``.
     """
 
+    #: most bytes of pieces held before the fullest stripes' are spilled (None: no bound)
+    limit: int | None = None
+    #: the scratch file spilled pieces go to (None: never spill)
+    spill_path: str | os.PathLike[str] | None = None
+    #: ``(dataset, stripe) -> when its last piece arrives`` (any increasing count, e.g. the
+    #: batch): the stripes due last are spilled first, as a cache evicts the page needed
+    #: furthest in the future; stripes not listed count as due last
+    due: dict[tuple[str, int], int] | None = None
+
     def __init__(self, meta: dict[str, dict[str, Any]]) -> None:
         self.meta = meta
-        self.buffers: dict[tuple[str, int], tuple[Any, list[int]]] = {}
+        self.open: dict[tuple[str, int], _OpenStripe] = {}
         self.sums: dict[tuple[str, int], str] = {}
+        self.held = 0  # bytes of the pieces held by open stripes
+        self.spills = 0  # stripes whose pieces were spilled (a stripe may count twice)
+        self._fd = -1
+        self._slots = 0  # bytes of the spill file given to stripes
 
     @abstractmethod
     def store(self, name: str, k: int, rows: Any) -> None:
         """Write stripe ``k`` of dataset ``name`` (its rows, complete)."""
+
+    def held_bytes(self) -> int:
+        """Bytes of pieces held now, waiting for the rest of their stripes."""
+        return self.held
+
+    def _size(self, name: str, k: int) -> int:
+        m = self.meta[name]
+        r0 = k * m["rows_per_stripe"]
+        return (min(r0 + m["rows_per_stripe"], m["shape"][0]) - r0) * m["row_bytes"]
 
     def _store(self, name: str, k: int, rows: Any) -> None:
         import numpy as np
@@ -261,37 +312,109 @@ class WholeStripeWriter(Writer):
     def add_checksum(self, dataset: str, offset: int, nbytes: int, crc: int) -> None:
         """Nothing to record: stripes are stored padded with the fill value, and checksummed."""
 
-    def _stripe(self, name: str, k: int) -> tuple[Any, list[int]]:
-        import numpy as np
-
-        key = (name, k)
-        if key not in self.buffers:
-            m = self.meta[name]
-            r0 = k * m["rows_per_stripe"]
-            r1 = min(r0 + m["rows_per_stripe"], m["shape"][0])
-            rows = np.full((r1 - r0, *m["shape"][1:]), m["fill_value"], dtype=np.dtype(m["dtype"]))
-            self.buffers[key] = (rows, [0])
-        return self.buffers[key]
-
     def put(self, dataset: str, offset: int, data: memoryview) -> None:
-        import numpy as np
-
         sb = self.meta[dataset]["stripe_bytes"]
         pos = 0
         while pos < len(data):  # a piece lies inside one stripe, but be general
             k, inner = divmod(offset + pos, sb)
-            rows, filled = self._stripe(dataset, k)
-            flat = rows.reshape(-1).view(np.uint8)
-            n = min(len(data) - pos, flat.size - inner)
-            flat[inner : inner + n] = np.frombuffer(data[pos : pos + n], dtype=np.uint8)
-            filled[0] += n
+            size = self._size(dataset, k)
+            n = min(len(data) - pos, size - inner)
+            if inner == 0 and n == size:  # a whole stripe in one piece: nothing to gather
+                self._store(dataset, k, self._rows(dataset, k, [(0, data[pos : pos + n])]))
+                pos += n
+                continue
+            st = self.open.get((dataset, k))
+            if st is None:
+                st = self.open[(dataset, k)] = _OpenStripe()
+            # a copy: the piece's buffer goes back to Dask once its batch is written
+            st.pieces.append((inner, bytes(data[pos : pos + n])))
+            st.held += n
+            self.held += n
             pos += n
-            if filled[0] == flat.size:
-                self._store(dataset, k, self.buffers.pop((dataset, k))[0])
+            if st.held + sum(m for _, m in st.spilled) == size:
+                self._finish(dataset, k)
+        if self.limit is not None and self.spill_path is not None and self.held > self.limit:
+            self._spill(self.limit * 3 // 4)
+
+    def _rows(
+        self, name: str, k: int, pieces: Sequence[tuple[int, Any]], complete: bool = True
+    ) -> Any:
+        """Stripe ``k``'s rows from its pieces (fill value where none is, unless ``complete``)."""
+        import numpy as np
+
+        m = self.meta[name]
+        shape = (self._size(name, k) // m["row_bytes"], *m["shape"][1:])
+        dtype = np.dtype(m["dtype"])
+        rows = np.empty(shape, dtype) if complete else np.full(shape, m["fill_value"], dtype)
+        flat = rows.reshape(-1).view(np.uint8)
+        for at, raw in pieces:
+            flat[at : at + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        return rows
+
+    def _finish(self, name: str, k: int) -> None:
+        """Store stripe ``k`` (complete, or padded at flush), its spilled pieces read back."""
+        import numpy as np
+
+        st = self.open.pop((name, k))
+        size = self._size(name, k)
+        got = st.held + sum(n for _, n in st.spilled)
+        rows = self._rows(name, k, st.pieces, complete=got == size)
+        self.held -= st.held
+        flat = rows.reshape(-1).view(np.uint8)
+        for a, n in st.spilled:
+            view, at = memoryview(flat[a : a + n].data), 0
+            while at < n:  # a regular file reads short only at its end: be safe anyway
+                m = os.preadv(self._fd, [view[at:]], st.slot + a + at)
+                if m <= 0:
+                    raise StorageError(f"{self.spill_path}: spilled bytes of {name!r} are gone")
+                at += m
+        self._store(name, k, rows)
+
+    def _spill(self, target: int) -> None:
+        """Write the pieces of the fullest open stripes to the spill file, to hold ``target``."""
+        if self._fd < 0:
+            # O_EXCL: a file of this name is someone else's, not ours to overwrite
+            self._fd = os.open(self.spill_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # type: ignore[arg-type]
+        due = self.due or {}
+        last = 1 << 62
+
+        def order(kv: tuple[tuple[str, int], _OpenStripe]) -> tuple[int, int]:
+            return (-due.get(kv[0], last), -kv[1].held)  # due last, then fullest, first
+
+        for (name, k), st in sorted(self.open.items(), key=order):
+            if self.held <= target:
+                break
+            if not st.held:
+                continue
+            if st.slot < 0:
+                size = self._size(name, k)
+                st.slot, self._slots = self._slots, self._slots + size
+            for at, raw in st.pieces:
+                done = 0
+                while done < len(raw):
+                    done += os.pwrite(self._fd, memoryview(raw)[done:], st.slot + at + done)
+                st.spilled.append((at, len(raw)))
+            self.held -= st.held
+            st.pieces, st.held = [], 0
+            self.spills += 1
+
+    def _drop_spill_file(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.spill_path)  # type: ignore[arg-type]
 
     def flush(self) -> None:
-        for name, k in list(self.buffers):
-            self._store(name, k, self.buffers.pop((name, k))[0])
+        for name, k in list(self.open):
+            self._finish(name, k)
+        self._drop_spill_file()
+
+    def release(self) -> None:
+        """Remove the spill file; subclasses close their files too."""
+        self.open.clear()
+        self.held = 0
+        self._drop_spill_file()
 
     def store_whole(
         self, pieces: Sequence[tuple[str, int, memoryview]]

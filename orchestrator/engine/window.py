@@ -2,11 +2,12 @@
 
 An I/O worker writes its batches strictly in order, and fetches the next
 ones while it writes, as long as the bytes it holds (fetching, fetched, or
-being written) stay within its window. A batch larger than the window is
-fetched alone. :class:`Window` is the pure state machine of that loop,
-modelled on ``distributed.worker_state_machine.WorkerState``: the effects
-(submitting cut tasks, gathering, writing) are the caller's, which reports
-back with :meth:`Window.fetched` and :meth:`Window.written`.
+being written, plus what its writer still buffers of written batches) stay
+within its window. A batch larger than the window is fetched alone.
+:class:`Window` is the pure state machine of that loop, modelled on
+``distributed.worker_state_machine.WorkerState``: the effects (submitting
+cut tasks, gathering, writing) are the caller's, which reports back with
+:meth:`Window.fetched` and :meth:`Window.written`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Window:
         self.sizes = [int(x) for x in sizes]
         self.window = int(window)
         self.held = 0
+        self.outside = 0  # bytes the writer still buffers of batches written
         self.next_fetch = 0
         self.next_write = 0
         self.writing = False
@@ -79,21 +81,30 @@ class Window:
         self.arrived.add(batch)
         return self._next_write()
 
-    def written(self, batch: int) -> list[Instruction]:
-        """Batch ``batch`` is written; its memory is free."""
+    def written(self, batch: int, outside: int = 0) -> list[Instruction]:
+        """Batch ``batch`` is written; its memory is free but for ``outside`` bytes.
+
+        ``outside``: what the writer buffers now of all batches written
+        (stripes waiting for their other pieces); it counts against the window.
+        """
+        if outside < 0:
+            raise ValueError(f"outside must be >= 0 bytes, got {outside}")
         if not self.writing or batch != self.next_write:
             raise ValueError(f"batch {batch} was not being written")
         self.writing = False
         self.arrived.discard(batch)
         self.held -= self.sizes[batch]
         self.next_write += 1
+        self.outside = int(outside)
         return self._fill() + self._next_write()
 
     def _fill(self) -> list[Instruction]:
         out: list[Instruction] = []
         while self.next_fetch < len(self.sizes):
             size = self.sizes[self.next_fetch]
-            if self.held and self.held + size > self.window:
+            # nothing fetched at all: fetch anyway, or a window full of buffered
+            # stripes would wait forever for the pieces that complete them
+            if self.held and self.held + self.outside + size > self.window:
                 break
             out.append(Fetch(self.next_fetch))
             self.held += size
