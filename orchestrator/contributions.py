@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .checks import is_int
 from .errors import ContributionError
 
 __all__ = [
@@ -58,7 +59,7 @@ class DatasetSpec:
                 f"dataset {name!r}: shape {self.shape!r} is not a sequence of whole numbers"
             ) from None
         for x in given:  # int() would truncate 10.7 to 10
-            if isinstance(x, bool) or not isinstance(x, int | np.integer):
+            if not is_int(x):
                 raise ContributionError(
                     f"dataset {name!r}: shape {self.shape!r}: {x!r} is not a whole number"
                 )
@@ -128,11 +129,7 @@ class Contribution:
     values: npt.NDArray[Any]
 
     def __init__(self, client: int, rows: Any, values: Any) -> None:
-        if (
-            isinstance(client, bool)
-            or not isinstance(client, int | np.integer)
-            or not 0 <= client < 2**63
-        ):
+        if not is_int(client, 0, 2**63):
             raise ContributionError(f"client must be an integer in [0, 2**63), got {client!r}")
         r = np.asarray(rows)
         if r.ndim != 1 or (r.size and r.dtype.kind not in "iu"):

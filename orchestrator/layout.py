@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import defaults
+from .checks import is_int
 from .contributions import DatasetSpec
 from .errors import LayoutError
 from .transfers import TransferSet
@@ -37,7 +38,7 @@ class StripeLayout:
     def __post_init__(self) -> None:
         for name in ("n_ionodes", "stripe_bytes"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            if not is_int(v, 1):
                 raise LayoutError(f"{name} must be an integer >= 1, got {v!r}")
 
     def ionode_of_byte(self, offset: int) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .checks import is_int
 from .errors import ReplicaError
 
 __all__ = [
@@ -204,7 +205,7 @@ def replica_sets(
 
     part = _int_array("partition", partition)
     ptr, idx = _int_array("indptr", indptr), _int_array("indices", indices)
-    if isinstance(halo, bool) or not isinstance(halo, int | np.integer) or halo < 1:
+    if not is_int(halo, 1):
         raise ReplicaError(f"halo must be an integer >= 1, got {halo!r}")
     if part.size and part.min() < 0:
         i = int(np.argmax(part < 0))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .checks import is_int
 from .errors import TransferSetError
 from .files import atomic_path
 from .limits import check_memory
@@ -41,7 +42,7 @@ def _as_int_column(name: str, values: Any) -> npt.NDArray[np.int64]:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind == "O":  # Python ints beyond int64, None, mixed objects
         for i, v in enumerate(arr):
-            if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            if not is_int(v):
                 raise _bad(name, v, i, "is not an integer")
             if not -INT64_MAX - 1 <= int(v) <= INT64_MAX:
                 raise _bad(name, v, i, "does not fit in int64")
@@ -294,7 +295,7 @@ def _count(field: str, column: str, col: npt.NDArray[np.int64], given: int | Non
     needed = int(col.max()) + 1
     if given is None:
         return needed
-    if isinstance(given, bool) or not isinstance(given, int | np.integer):
+    if not is_int(given):
         raise TransferSetError(f"{field} must be an integer, got {given!r}")
     if given > MAX_NODES:
         raise TransferSetError(f"{field}={given} is more than the supported {MAX_NODES}")

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-import numpy as np
-
 from .. import defaults
+from ..checks import is_int
 from ..cost import CostModel
 from ..errors import ContributionError, StageError
 from ..layout import STRATEGIES, LayoutError
@@ -105,11 +104,11 @@ class WriteOptions:
 
     def __post_init__(self) -> None:
         w = self.window
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+        if not is_int(w, 1):
             raise StageError(f"window must be a positive number of bytes, got {w!r}")
         for name, error in (("stripe_bytes", LayoutError), ("n_ionodes", StageError)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v < 2**62:
+            if not is_int(v, 1, 2**62):
                 raise error(f"{name} must be an integer >= 1, got {v!r}")
         if self.strategy not in STRATEGIES:
             raise LayoutError(

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import defaults
+from ..checks import is_int
 from ..contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
 from ..engine.options import WriteOptions
 from ..engine.storage import get_backend
@@ -321,17 +322,9 @@ def capture(
     from .intercept import OutputStage, StageOptions
 
     # what the block cannot change is checked before it runs, not when it ends
-    if (
-        isinstance(clients, bool)
-        or not isinstance(clients, int | np.integer)
-        or not 1 <= clients < 2**63
-    ):
+    if not is_int(clients, 1, 2**63):
         raise CaptureError(f"clients must be an integer >= 1, got {clients!r}")
-    if (
-        isinstance(client, bool)
-        or not isinstance(client, int | np.integer)
-        or not 0 <= client < clients
-    ):
+    if not is_int(client, 0, clients):
         raise CaptureError(f"client must be an integer in [0, clients={clients}), got {client!r}")
     get_backend(format)
     WriteOptions(format=format, overwrite=overwrite).updated(**stage_options)

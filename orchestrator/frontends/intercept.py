@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import defaults
+from ..checks import is_int
 from ..contributions import Contribution, ContributionError, DatasetSpec
 from ..engine.options import WriteOptions
 from ..engine.storage import get_backend
@@ -334,7 +335,7 @@ class OutputStage:
         bound.apply_defaults()
         step = bound.arguments[self.options.step] if self.options.step else 0
         client = bound.arguments[self.client_param]
-        if isinstance(client, bool) or not isinstance(client, int | np.integer) or client < 0:
+        if not is_int(client, 0):
             raise ContributionError(
                 f"{self.name}: {self.client_param} must be an integer >= 0, got {client!r}"
             )
@@ -497,11 +498,7 @@ def output_stage(
             cluster=cluster,
             wait=wait,
         )
-        if clients is not None and (
-            isinstance(clients, bool)
-            or not isinstance(clients, int | np.integer)
-            or not 1 <= clients < 2**63
-        ):
+        if clients is not None and not is_int(clients, 1, 2**63):
             raise ContributionError(f"clients must be an integer >= 1, got {clients!r}")
         return OutputStage(f, opts)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import is_int
 from ..errors import PolicyError
 
 __all__ = ["bool_option", "float_option", "int_option"]
@@ -27,7 +28,7 @@ def int_option(options: dict[str, Any], name: str, default: int, low: int = 1) -
     10
     """
     v = options.get(name, default)
-    if isinstance(v, bool) or not isinstance(v, int | np.integer) or not low <= v < 2**62:
+    if not is_int(v, low, 2**62):
         raise PolicyError(f"{name} must be an integer >= {low}, got {v!r}")
     return int(v)
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import defaults
+from ..checks import is_int
 from ..cost import CostModel, get_cost_model
 from ..errors import PolicyError
 from ..limits import check_memory
@@ -98,7 +99,7 @@ def schedule(
         raise PolicyError(f"transfers must be a TransferSet, got {type(transfers).__name__}")
     p = get_policy(policy)
     cm = get_cost_model(cost)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**64:
+    if not is_int(seed, 0, 2**64):
         raise PolicyError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     unknown = sorted(set(options) - set(p.parameters))
     if unknown:
@@ -113,9 +114,7 @@ def schedule(
     block_size = None
     if p.default_block_size is not None:
         block_size = options.get("block_size", p.default_block_size)
-        if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
-            raise PolicyError(f"block_size must be a positive integer, got {block_size!r}")
-        if not 0 < block_size < 2**62:
+        if not is_int(block_size, 1, 2**62):
             raise PolicyError(f"block_size must be a positive integer, got {block_size!r}")
         block_size = int(block_size)
         pieces = int(((transfers.nbytes - 1) // block_size + 1).sum())
