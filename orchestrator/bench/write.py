@@ -138,7 +138,7 @@ class BenchRow:
     realized: tuple[float, ...] = ()
     units: int = 0
     note: str = ""
-    #: policies: the most batch bytes any I/O worker held at once (bounded by the window)
+    #: policies: the most bytes any I/O worker held at once (bounded by the window)
     peak_held: int = 0
 
     @property

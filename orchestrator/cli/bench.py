@@ -417,7 +417,7 @@ def write_bench_cmd(
     held = max((r.peak_held for r in rows), default=0)
     console.print(
         f"I/O workers' peak RSS {', '.join(f'{x / 2**20:,.0f}' for x in rss)} MiB (whole "
-        f"run, anchors included); window {win_bytes / 2**20:,.0f} MiB, most batch bytes held "
+        f"run, anchors included); window {win_bytes / 2**20:,.0f} MiB, most bytes held "
         f"{held / 2**20:,.1f} MiB.",
         soft_wrap=True,
     )

@@ -20,8 +20,9 @@ class Trace:
     wrote them (the I/O worker, or with direct writes the worker holding
     them); ``flush_start`` /
     ``flush_end`` (one per I/O node) the final flush (fsync) that makes
-    them durable; ``peak_held`` (one per I/O node) the most bytes of
-    batches it held at once, which its window bounds. Times are wall-clock
+    them durable; ``peak_held`` (one per I/O node) the most bytes it
+    held at once (batches, and pieces waiting for their stripes), which its
+    window bounds. Times are wall-clock
     seconds since the first write began.
     """
 
@@ -33,7 +34,8 @@ class Trace:
     worker: list[str]
     flush_start: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     flush_end: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
-    #: per I/O node, the most batch bytes it held at once (fetching, fetched, being written)
+    #: per I/O node, the most bytes it held at once: batches fetching, fetched or being
+    #: written, and pieces its writer keeps for stripes not yet complete (the window bounds it)
     peak_held: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     #: per unit, the first and the last batch of its I/O node holding its bytes (batches are
     #: written one after another; with direct writes a batch's units may run side by side)

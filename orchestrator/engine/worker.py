@@ -347,8 +347,9 @@ def run_ionode(
     themselves (:func:`write_cut`) when the backend's writer allows it.
 
     Returns the trace (per range: unit, start, end, bytes), the flush's
-    span, the most batch bytes held at once, when the task started (to see
-    how far apart the I/O nodes began), and the stripe checksums.
+    span, the most bytes held at once (batches, and pieces waiting for the
+    rest of their stripes), when the task started (to see how far apart the
+    I/O nodes began), and the stripe checksums.
 
     Examples
     --------
