@@ -56,6 +56,16 @@ FAULTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _sigint_raises():
+    """Python's own SIGINT handler for the test: a run started in the background of a
+    non-interactive shell inherits SIGINT ignored, and the injected SIGINT would vanish
+    (seen: every SIGINT case failed as "swallowed" in such a run)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.mark.parametrize("fmt", sorted(SUFFIX))
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "move-aside"])
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "overwrite"])
