@@ -50,7 +50,10 @@ def in_dask_task() -> bool:
 def scheduler_client(address: str) -> Any:
     """One Dask client per scheduler address in this process (a Parsl worker reuses it).
 
-    ``address`` is ``tcp://host:port`` or a path to a scheduler file.
+    ``address`` is ``tcp://host:port``, ``tls://host:port`` or a path to a
+    scheduler file; a ``tls://`` scheduler started by this user's orchestrator
+    is reached with the credentials it published
+    (:func:`~orchestrator.engine.security.load_credentials`).
 
     Examples
     --------
@@ -59,13 +62,16 @@ def scheduler_client(address: str) -> Any:
     """
     from distributed import Client
 
+    from orchestrator.engine.cluster import scheduler_address
+    from orchestrator.engine.security import load_credentials
+
     with _CLIENTS_LOCK:
         cl = _CLIENTS.get(address)
         if cl is None or cl.status not in ("running", "connecting"):
-            if address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
-                cl = Client(address, set_as_default=False)
-            else:
-                cl = Client(scheduler_file=address, set_as_default=False)
+            where = address
+            if not address.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
+                where = scheduler_address(address)
+            cl = Client(where, set_as_default=False, security=load_credentials(where))
             _CLIENTS[address] = cl
         return cl
 

@@ -2,7 +2,8 @@
 
 I/O worker ``k`` is named ``io-k`` and carries the resources ``io=1`` and
 ``io-k=1``; compute workers are named ``compute-j``. Everything started here
-binds to 127.0.0.1.
+binds to 127.0.0.1 and, unless asked otherwise, speaks TLS with a certificate
+made for this cluster alone (:mod:`~orchestrator.engine.security`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ClusterError
+from .security import load_credentials, new_security, publish_credentials, withdraw_credentials
 
 __all__ = [
     "ClusterError",
@@ -29,6 +31,7 @@ __all__ = [
     "ionode_number",
     "ionode_resources",
     "local_cluster",
+    "scheduler_address",
 ]
 
 log = logging.getLogger("orchestrator.engine.cluster")
@@ -82,6 +85,9 @@ class IOCluster:
     ionodes: list[str]
     compute: list[str]
     _owned: Any = field(default=None, repr=False)
+    #: the ``distributed.Security`` its connections use (None: plain TCP)
+    security: Any = field(default=None, repr=False)
+    _published: str | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
@@ -256,6 +262,9 @@ class IOCluster:
         if self._owned is not None:
             self._owned.close()
             self._owned = None
+        if self._published is not None:
+            withdraw_credentials(self._published)
+            self._published = None
 
     def __enter__(self) -> IOCluster:
         return self
@@ -373,6 +382,7 @@ def local_cluster(
     threads_per_compute: int = 1,
     compute_memory: str | int | None = None,
     io_env: dict[str, str] | None = None,
+    security: bool | Any = True,
 ) -> IOCluster:
     """Start the embedded cluster: ``n_ionodes`` I/O workers and ``n_compute`` compute workers.
 
@@ -380,6 +390,14 @@ def local_cluster(
     all listening on 127.0.0.1 with random ports; no dashboard.
     ``compute_memory`` overrides ``memory_limit`` for the compute workers,
     which hold the contributions (``"auto"``: Dask's share of the machine).
+
+    ``security=True`` (the default) makes a certificate for this cluster
+    alone: every connection must present it and is encrypted (TLS), so
+    other users of the machine cannot reach the scheduler or run code in
+    the workers; this user's other processes find it by the address
+    (:mod:`~orchestrator.engine.security`). A ``distributed.Security`` is
+    used as given; ``False`` is plain TCP, open to every local user (the
+    copies between workers cost less CPU).
 
     Examples
     --------
@@ -392,7 +410,10 @@ def local_cluster(
 
     if n_ionodes < 1 or n_compute < 0:
         raise ClusterError(f"need n_ionodes >= 1 and n_compute >= 0, got {n_ionodes}, {n_compute}")
+    sec = new_security() if security is True else (security or None)
     common = {"host": LOOPBACK, "memory_limit": memory_limit, "silence_logs": logging.WARNING}
+    if sec is not None:
+        common["security"] = sec
     workers: dict[str, dict[str, Any]] = {}
     for k in range(n_ionodes):
         workers[ionode_name(k)] = {
@@ -418,23 +439,36 @@ def local_cluster(
         }
     scheduler = {
         "cls": Scheduler,
-        "options": {"host": LOOPBACK, "dashboard": False, "dashboard_address": f"{LOOPBACK}:0"},
+        "options": {
+            "host": LOOPBACK,
+            "dashboard": False,
+            "dashboard_address": f"{LOOPBACK}:0",
+            **({"security": sec} if sec is not None else {}),
+        },
     }
+    published = None
     with _signals_held() as held:
         cluster = _embedded_cluster_class()(
-            workers=workers, scheduler=scheduler, silence_logs=logging.WARNING
+            workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, security=sec
         )
         try:
-            client = Client(cluster)
+            if sec is not None:
+                published = cluster.scheduler_address
+                publish_credentials(published, sec)
+            client = Client(cluster, security=sec)
             client.register_plugin(quiet_cancellations())
             client.wait_for_workers(n_ionodes + n_compute, timeout=120)
             found = discover_workers(client)
         except Exception:
             cluster.close()
+            if published is not None:
+                withdraw_credentials(published)
             raise
         if held:  # Ctrl-C or SIGTERM while starting: stop what was started, in order
             client.close()
             cluster.close()
+            if published is not None:
+                withdraw_credentials(published)
     # a held signal is delivered here, once the cluster is closed (or up, if none came)
     log.info(
         "embedded cluster at %s: %d I/O, %d compute workers",
@@ -442,11 +476,44 @@ def local_cluster(
         n_ionodes,
         n_compute,
     )
-    return IOCluster(client, found[0], found[1], _owned=cluster)
+    return IOCluster(client, found[0], found[1], _owned=cluster, security=sec, _published=published)
 
 
-def connect(address: str | None = None, scheduler_file: str | None = None) -> IOCluster:
+def scheduler_address(scheduler_file: str, timeout: float = 60.0) -> str:
+    """The address a Dask scheduler file names (waiting up to ``timeout`` s for the file).
+
+    A scheduler started by the same batch script may not have written it yet,
+    so a missing file is waited for, as ``distributed.Client`` does.
+
+    Examples
+    --------
+    >>> scheduler_address("scheduler.json")  # doctest: +SKIP
+    'tls://10.0.0.5:8786'
+    """
+    import json
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(scheduler_file) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        with open(scheduler_file) as f:
+            address = json.load(f)["address"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ClusterError(f"scheduler file {scheduler_file!r} is unusable: {err}") from None
+    if not isinstance(address, str):
+        raise ClusterError(f"scheduler file {scheduler_file!r}: address {address!r} is no string")
+    return address
+
+
+def connect(
+    address: str | None = None, scheduler_file: str | None = None, security: Any = None
+) -> IOCluster:
     """Join an existing Dask cluster and find its I/O workers by name (``io-K``) or resource.
+
+    ``security`` is a ``distributed.Security`` for a ``tls://`` scheduler;
+    by default the credentials a cluster of this user published for that
+    address (:func:`~orchestrator.engine.security.load_credentials`), else
+    Dask's configuration (``distributed.comm.tls.*``).
 
     Examples
     --------
@@ -457,13 +524,16 @@ def connect(address: str | None = None, scheduler_file: str | None = None) -> IO
 
     if (address is None) == (scheduler_file is None):
         raise ClusterError("give exactly one of address and scheduler_file")
-    client = Client(address, timeout=60) if address else Client(scheduler_file=scheduler_file)
+    where = address if address is not None else scheduler_address(str(scheduler_file))
+    if security is None:
+        security = load_credentials(where)
+    client = Client(where, timeout=60, security=security)
     try:
         ionodes, compute = discover_workers(client)
     except Exception:
         client.close()
         raise
-    return IOCluster(client, ionodes, compute)
+    return IOCluster(client, ionodes, compute, security=security)
 
 
 def discover_workers(client: Any) -> tuple[list[str], list[str]]:

@@ -24,6 +24,11 @@ from orchestrator.engine.cluster import (
     ionode_name,
     ionode_resources,
 )
+from orchestrator.engine.security import (
+    new_security,
+    publish_credentials,
+    withdraw_credentials,
+)
 from orchestrator.errors import InputError, SlurmError
 
 from .allocation import Allocation, choose_roles
@@ -34,9 +39,12 @@ log = logging.getLogger("orchestrator.slurm")
 class _SrunWorkers:
     """The scheduler (in this process) and the ``srun`` steps of the workers."""
 
-    def __init__(self, cluster: Any, steps: list[subprocess.Popen[bytes]]) -> None:
+    def __init__(
+        self, cluster: Any, steps: list[subprocess.Popen[bytes]], security: Any = None
+    ) -> None:
         self.cluster = cluster
         self.steps = steps
+        self.security = security
 
     def close(self) -> None:
         # close the nannies (each stops its worker cleanly), then the scheduler, so
@@ -45,7 +53,8 @@ class _SrunWorkers:
         # its nanny "died unexpectedly".
         if any(p.poll() is None for p in self.steps):
             try:
-                self.cluster.sync(_terminate_nannies, self.cluster.scheduler_address)
+                args = self.security.get_connection_args("client") if self.security else {}
+                self.cluster.sync(_terminate_nannies, self.cluster.scheduler_address, args)
             except Exception as e:  # the scheduler may be gone already
                 log.debug("closing the nannies failed: %s", e)
         try:
@@ -68,17 +77,17 @@ class _SrunWorkers:
                     pass
 
 
-async def _terminate_nannies(address: str) -> None:
+async def _terminate_nannies(address: str, connection_args: dict[str, Any]) -> None:
     import asyncio
 
     from distributed.core import rpc
 
-    async with rpc(address) as sched:
+    async with rpc(address, connection_args=connection_args) as sched:
         info = await sched.identity(n_workers=-1)
     nannies = [w["nanny"] for w in info.get("workers", {}).values() if w.get("nanny")]
 
     async def one(addr: str) -> None:
-        async with rpc(addr) as nanny:
+        async with rpc(addr, connection_args=connection_args) as nanny:
             await nanny.terminate()
 
     await asyncio.gather(*(one(a) for a in nannies), return_exceptions=True)
@@ -92,6 +101,7 @@ def allocation_cluster(
     local_directory: str | None = None,
     allocation: Allocation | None = None,
     timeout: float = 120.0,
+    security: bool | Any = True,
 ) -> IOCluster:
     """Start the orchestrator's Dask cluster across the Slurm allocation this process runs in.
 
@@ -114,6 +124,11 @@ def allocation_cluster(
         Default: read from the environment.
     timeout : float
         Seconds to wait for every worker to join.
+    security : bool or distributed.Security
+        ``True`` (default): TLS with a certificate made for this cluster,
+        handed to the workers as files only this user can read
+        (:mod:`~orchestrator.engine.security`); a ``Security`` is used as
+        given (its certificate and key must be PEM text); ``False``: plain TCP.
 
     Returns
     -------
@@ -137,20 +152,32 @@ def allocation_cluster(
     if shutil.which("srun") is None:
         raise SlurmError("srun is not on PATH inside the allocation")
     host = LOOPBACK if alloc.single_host else socket.gethostname()
+    sec = new_security() if security is True else (security or None)
     sched = {
         "cls": Scheduler,
-        "options": {"host": host, "dashboard": False, "dashboard_address": f"{host}:0"},
+        "options": {
+            "host": host,
+            "dashboard": False,
+            "dashboard_address": f"{host}:0",
+            **({"security": sec} if sec is not None else {}),
+        },
     }
-    cluster = SpecCluster(workers={}, scheduler=sched, silence_logs=logging.WARNING)
+    cluster = SpecCluster(workers={}, scheduler=sched, silence_logs=logging.WARNING, security=sec)
     steps: list[subprocess.Popen[bytes]] = []
-    owned = _SrunWorkers(cluster, steps)
+    owned = _SrunWorkers(cluster, steps, sec)
+    published = None
+    client = None
     try:
         address = cluster.scheduler_address
+        tls: tuple[Any, ...] = ()
+        if sec is not None:
+            published = address
+            tls = publish_credentials(address, sec)
         cpus = dict(zip(alloc.nodes, alloc.cpus, strict=True))
         base = 0
         for h, w in zip(roles.io_hosts, roles.io_workers, strict=True):
             share = w + (compute_per_node if h in roles.compute_hosts else 0)
-            steps.append(_srun(h, w, "io", base, address, 1, alloc, share, local_directory))
+            steps.append(_srun(h, w, "io", base, address, 1, alloc, share, local_directory, tls))
             base += w
         base = 0
         for h in roles.compute_hosts:
@@ -168,11 +195,11 @@ def allocation_cluster(
                     alloc,
                     share,
                     local_directory,
+                    tls,
                 )
             )
             base += compute_per_node
-        client = None
-        client = Client(address, timeout=timeout)
+        client = Client(address, timeout=timeout, security=sec)
         want = roles.n_ionodes + len(roles.compute_hosts) * compute_per_node
         _wait_for(client, want, steps, timeout)
         found = discover_workers(client)
@@ -180,6 +207,8 @@ def allocation_cluster(
         if client is not None:
             client.close()
         owned.close()
+        if published is not None:
+            withdraw_credentials(published)
         raise
     log.info(
         "Slurm job %s: scheduler %s, %d I/O workers on %s, %d compute workers on %s",
@@ -190,7 +219,7 @@ def allocation_cluster(
         len(found[1]),
         ",".join(roles.compute_hosts),
     )
-    return IOCluster(client, found[0], found[1], _owned=owned)
+    return IOCluster(client, found[0], found[1], _owned=owned, security=sec, _published=published)
 
 
 def _srun(
@@ -203,6 +232,7 @@ def _srun(
     alloc: Allocation,
     share: int,
     local_directory: str | None,
+    tls: Sequence[Any] = (),
 ) -> subprocess.Popen[bytes]:
     mem = alloc.mem_per_node_mb * 2**20 if alloc.mem_per_node_mb else None
     node_cpus = dict(zip(alloc.nodes, alloc.cpus, strict=True))[host]
@@ -236,6 +266,8 @@ def _srun(
         argv.append(f"--host={LOOPBACK}")
     if local_directory:
         argv.append(f"--local-directory={local_directory}")
+    if tls:  # file paths only: the key itself never appears on a command line
+        argv += [f"--tls-cert={tls[0]}", f"--tls-key={tls[1]}"]
     log.debug("starting %s", shlex.join(argv))
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
@@ -268,6 +300,8 @@ def _worker_main(argv: Sequence[str]) -> None:
     ap.add_argument("--node-memory", type=int, default=None)
     ap.add_argument("--host", default=None)
     ap.add_argument("--local-directory", default=None)
+    ap.add_argument("--tls-cert", default=None, help="the cluster's certificate (also its CA)")
+    ap.add_argument("--tls-key", default=None)
     a = ap.parse_args(argv)
     k = a.first + int(os.environ.get("SLURM_LOCALID", "0"))
     name = ionode_name(k) if a.role == "io" else f"{a.role}-{k}"
@@ -294,6 +328,8 @@ def _worker_main(argv: Sequence[str]) -> None:
         cmd += ["--resources", " ".join(f"{r}={n}" for r, n in ionode_resources(k).items())]
     if a.local_directory:
         cmd += ["--local-directory", os.path.expandvars(a.local_directory)]
+    if a.tls_cert:
+        cmd += ["--tls-ca-file", a.tls_cert, "--tls-cert", a.tls_cert, "--tls-key", a.tls_key]
     # the workers' INFO lines would drown the job's report in its output file
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     os.execv(sys.executable, cmd)
