@@ -470,7 +470,9 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
     assert left == ["results.csv", "results.json"], "benchmark outputs and probe files are removed"
     import json
 
-    rows = {r["name"]: r for r in json.loads((tmp_path / "w" / "results.json").read_text())["rows"]}
+    saved = json.loads((tmp_path / "w" / "results.json").read_text())
+    assert saved["tls"] is True and "TLS between workers" in p.stdout  # secure by default
+    rows = {r["name"]: r for r in saved["rows"]}
     assert rows["ecf"]["units"] > 0 and rows["ecf"]["realized_over_planned"] > 0
     sent = rows["ecf, bytes sent to the I/O workers"]
     assert sent["units"] == rows["ecf"]["units"] and sent["realized_over_planned"] > 0

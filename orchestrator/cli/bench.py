@@ -279,6 +279,13 @@ def write_bench_cmd(
     gantt: Annotated[
         Path | None, typer.Option(help="Draw planned vs realized Gantt charts into this folder.")
     ] = None,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            help="Secure the embedded cluster (TLS, the default of every cluster we start); "
+            "--no-tls measures plain TCP, open to every local user."
+        ),
+    ] = True,
 ) -> None:
     """Dispatch policies for real beside what a user would do instead, in one run.
 
@@ -312,7 +319,7 @@ def write_bench_cmd(
         check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
         mem = memory if memory == "auto" else parse_size(memory, "--memory")
         with (
-            local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem) as cl,
+            local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem, security=tls) as cl,
             progress() as prog,
         ):
             n_jobs = len(names) + 1 + (4 if anchors else 0)
@@ -352,6 +359,7 @@ def write_bench_cmd(
                 "stripe_bytes": stripe_bytes,
                 "repeat": repeat,
                 "window": win_bytes,
+                "tls": tls,
                 "ionode_peak_rss": rss,
                 "rows": records,
             },
@@ -367,7 +375,8 @@ def write_bench_cmd(
     # the settings go on their own unwrapped line: a table title wraps at the table's width
     console.print(
         f"write-bench: {nbytes / 2**20:,.0f} MiB, {clients} clients, {ionodes} I/O workers, "
-        f"{format}, {strategy} stripes of {stripe_bytes / 2**20:g} MiB; median of {repeat}",
+        f"{format}, {strategy} stripes of {stripe_bytes / 2**20:g} MiB, "
+        f"{'TLS' if tls else 'plain TCP'} between workers; median of {repeat}",
         soft_wrap=True,
     )
     t = Table()
