@@ -41,7 +41,7 @@ from .program import Batch, NodeProgram
 from .storage import Backend, WholeStripeWriter, crc32, get_backend
 from .window import Fetch, Window, Write
 
-__all__ = ["Aborted", "abort", "busy", "cut", "run_ionode", "write_cut"]
+__all__ = ["Aborted", "abort", "busy", "cut", "run_ionode", "submit_cut", "write_cut"]
 
 #: tokens of stages told to stop (per worker process)
 _ABORTED: set[str] = set()
@@ -169,6 +169,49 @@ def cut(
     if parts and int(np.asarray(nbytes).sum()) >= len(parts) * PACK_BELOW:
         return parts  # type: ignore[return-value]
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def submit_cut(
+    client: Any,
+    task: Callable[..., Any],
+    c: Any,
+    contributions: dict[tuple[int, int], Any],
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    names: Sequence[str],
+    worker: str,
+    priority: int,
+    *extra: Any,
+) -> Any:
+    """Submit cut ``c`` of a batch as ``task`` (:func:`cut` or :func:`write_cut`) on its source.
+
+    ``contributions[(dataset, client)]`` is the future of that contribution;
+    ``extra`` are :func:`write_cut`'s leading arguments. Higher ``priority``
+    runs first (the batch's rank by planned start over all I/O nodes).
+
+    Examples
+    --------
+    >>> submit_cut(client, cut, batch.cuts[0], futures, [8], ["<f8"], ["u"],
+    ...            sources[0], 3)  # doctest: +SKIP
+    <Future: pending, key: cut-...>
+    """
+    dcs, which = c.contributions()
+    return client.submit(
+        task,
+        *extra,
+        [contributions[dc] for dc in dcs],
+        which,
+        c.ranges.offset,
+        c.ranges.nbytes,
+        [row_bytes[d] for d, _ in dcs],
+        [dtypes[d] for d, _ in dcs],
+        *((names, c.ranges.dataset) if task is write_cut else ()),
+        labels=[names[d] for d, _ in dcs],
+        workers=[worker],
+        allow_other_workers=False,
+        priority=priority,
+        pure=False,
+    )
 
 
 def write_cut(
@@ -336,6 +379,7 @@ def run_ionode(
     window: int,
     fills: Sequence[tuple[int, int, int, int]],
     direct: bool = True,
+    first: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """On I/O worker ``node.ionode``: fetch and write its batches in order; flush; checksum.
 
@@ -345,6 +389,9 @@ def run_ionode(
     the stage's process filled in this node's stripes. With ``direct``, the
     sources on this worker's host write their cuts into the output
     themselves (:func:`write_cut`) when the backend's writer allows it.
+    ``first`` holds the cuts of the first batch, in cut order, when they
+    came with the task (Dask fetched them before starting it): the node
+    writes at once, instead of one round trip through the scheduler later.
 
     Returns the trace (per range: unit, start, end, bytes), the flush's
     span, the most bytes held at once (batches, and pieces waiting for the
@@ -416,26 +463,25 @@ def run_ionode(
 
         def submit(b: Batch, i: int, task: Any, *extra: Any) -> Any:
             c = b.cuts[i]
-            dcs, which = c.contributions()
-            return client.submit(
+            return submit_cut(
+                client,
                 task,
+                c,
+                futures,
+                row_bytes,
+                dtypes,
+                names,
+                sources[c.source],
+                -priority[b.index],
                 *extra,
-                [futures[dc] for dc in dcs],
-                which,
-                c.ranges.offset,
-                c.ranges.nbytes,
-                [row_bytes[d] for d, _ in dcs],
-                [dtypes[d] for d, _ in dcs],
-                *((names, c.ranges.dataset) if task is write_cut else ()),
-                labels=[names[d] for d, _ in dcs],
-                workers=[sources[c.source]],
-                allow_other_workers=False,
-                priority=-priority[b.index],
-                pure=False,
             )
 
         def fetch(b: Batch) -> None:
             mine = [i for i in range(len(b.cuts)) if i not in direct_cuts[b.index]]
+            if b.index == 0 and first is not None:  # came with the task: nothing to wait for
+                held[0] = []
+                events.put(("fetched", 0, dict(zip(mine, first, strict=True))))
+                return
             cuts = [submit(b, i, cut) for i in mine]
             held[b.index] = cuts
 
