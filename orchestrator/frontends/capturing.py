@@ -327,7 +327,9 @@ def capture(
     if not is_int(client, 0, clients):
         raise CaptureError(f"client must be an integer in [0, clients={clients}), got {client!r}")
     get_backend(format)
-    WriteOptions(format=format, overwrite=overwrite).updated(**stage_options)
+    write = WriteOptions(format=format, allow_missing=True, overwrite=overwrite).updated(
+        **stage_options
+    )
     f = CapturedFile(target, mode)
     escaped = os.fspath(target).replace("{", "{{").replace("}", "}}")
     name = f"capture:{f.filename}"  # every capture of one target agrees on it: one stage
@@ -355,13 +357,11 @@ def capture(
     unwritten = [n for n in specs if n not in cons]
     if unwritten and clients == 1:
         raise CaptureError(f"capture({f.filename!r}): dataset(s) {unwritten} were never written")
-    write = WriteOptions(
-        format=format, allow_missing=True, overwrite=overwrite, attrs=f.all_attrs()
-    )
     opts = StageOptions(
         target=escaped,
         clients=clients,
-        write=write.updated(**stage_options),
+        # the file's attributes, unless the caller gave its own (as before: theirs win)
+        write=write if "attrs" in stage_options else write.updated(attrs=f.all_attrs()),
         cluster=cluster,
         scheduler=scheduler,
         shapes={n: s.shape for n, s in specs.items()},
