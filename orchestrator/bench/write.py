@@ -29,6 +29,7 @@ from ..engine.measure import (
     pieces_write_seconds,
     raw_write_bandwidth,
 )
+from ..engine.probes import block, peak_rss
 from ..engine.stage import write_stage
 from ..engine.storage import get_backend
 from ..files import fsync_path, fsync_tree, remove_path
@@ -230,11 +231,6 @@ def adios2_seconds(path: Path, values: np.ndarray) -> float:
     return time.perf_counter() - t0
 
 
-def _block(i: int, rows: int, n_rows: int, width: int) -> np.ndarray:
-    r = np.arange(i * rows, min(n_rows, (i + 1) * rows), dtype=np.float64)
-    return np.repeat(r[:, None], width, axis=1)
-
-
 def to_zarr_seconds(cluster: IOCluster, path: Path, spec: DatasetSpec, chunk_rows: int) -> float:
     """``dask.array.to_zarr`` on the cluster's workers, from blocks already in their memory.
 
@@ -254,7 +250,7 @@ def to_zarr_seconds(cluster: IOCluster, path: Path, spec: DatasetSpec, chunk_row
     n_blocks = -(-n_rows // chunk_rows)
     blocks = [
         da.from_delayed(
-            delayed(_block, pure=True)(i, chunk_rows, n_rows, width),
+            delayed(block, pure=True)(i, chunk_rows, n_rows, width),
             shape=(min(chunk_rows, n_rows - i * chunk_rows), width),
             dtype=np.float64,
         )
@@ -486,12 +482,6 @@ def run(
     return rows
 
 
-def _peak_rss() -> int:
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
-
-
 def ionode_peak_rss(cluster: IOCluster) -> list[int]:
     """Peak resident memory (bytes) of every I/O worker process since it started.
 
@@ -500,5 +490,5 @@ def ionode_peak_rss(cluster: IOCluster) -> list[int]:
     >>> ionode_peak_rss(cl)  # doctest: +SKIP
     [187654144, 190238720]
     """
-    got = cluster.client.run(_peak_rss, workers=list(cluster.ionodes))
+    got = cluster.client.run(peak_rss, workers=list(cluster.ionodes))
     return [int(got[a]) for a in cluster.ionodes]

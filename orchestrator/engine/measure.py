@@ -18,11 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import defaults
-from ..contributions import Contribution, DatasetSpec
+from ..contributions import DatasetSpec
 from ..cost import CostModel
 from ..errors import InputError
 from ..files import private_file, remove_path
 from .cluster import IOCluster
+from .probes import contribution, write_pieces
 from .stage import write_stage
 
 __all__ = [
@@ -73,17 +74,6 @@ def parse_size(text: str, what: str = "size") -> int:
     if value >= 2**63:
         raise InputError(f"{what} {text!r} is beyond any disk (2**63 bytes or more)")
     return int(value)
-
-
-def contribution(client: int, rows: np.ndarray, width: int) -> Contribution:
-    """The synthetic contribution of ``client``: every element of row ``r`` is ``r``.
-
-    Examples
-    --------
-    >>> contribution(2, np.array([5, 7]), 3).values.tolist()
-    [[5.0, 5.0, 5.0], [7.0, 7.0, 7.0]]
-    """
-    return Contribution(client, rows, np.repeat(rows.astype(np.float64)[:, None], width, axis=1))
 
 
 def raw_write_bandwidth(
@@ -184,7 +174,7 @@ def pieces_write_seconds(
         t0 = time.perf_counter()
         futs = [
             cluster.client.submit(
-                _write_pieces,
+                write_pieces,
                 str(path),
                 pos[order[k :: len(workers)]],
                 size[order[k :: len(workers)]],
@@ -199,21 +189,6 @@ def pieces_write_seconds(
         return time.perf_counter() - t0
     finally:
         path.unlink(missing_ok=True)
-
-
-def _write_pieces(path: str, pos: np.ndarray, size: np.ndarray) -> None:
-    from .directio import PositionedFile
-
-    longest = int(size.max()) if size.size else 0
-    # values as a stage's: floats, and buffers that start anywhere in a page
-    values = np.arange(longest // 8 + 8, dtype=np.float64).view(np.uint8)
-    f = PositionedFile(path)
-    try:
-        for k, (p, n) in enumerate(zip(pos.tolist(), size.tolist(), strict=True)):
-            f.write(p, memoryview(values[k % 8 : k % 8 + n].data))
-        f.fsync()
-    finally:
-        f.close()
 
 
 def calibrated_cost(

@@ -43,6 +43,7 @@ from .storage import (
     stripe_checksum,
 )
 from .trace import Trace
+from .worker import describe_contributions
 
 __all__ = [
     "Described",
@@ -76,11 +77,6 @@ class StageResult:
     def throughput(self) -> float:
         """Bytes written per second of the whole stage (plan, dispatch, checksums, commit)."""
         return float(self.plan.transfers.total_bytes) / self.seconds
-
-
-def _describe(*cons: Contribution) -> list[tuple[int, np.ndarray, tuple[int, ...], str]]:
-    """On the worker holding contributions: what the parent needs to plan (no values)."""
-    return [(c.client, c.rows, tuple(c.values.shape), c.values.dtype.str) for c in cons]
 
 
 def _standin(client: int, rows: np.ndarray, shape: tuple[int, ...], dtype: str) -> Contribution:
@@ -141,7 +137,7 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     # a holder not known yet (a scatter still under way): any worker, Dask fetches it
     where = {w: {"workers": [w], "allow_other_workers": True} if w else {} for w in by_worker}
     tasks = [
-        cl.client.submit(_describe, *(futures[i] for i in idx), pure=False, **where[w])
+        cl.client.submit(describe_contributions, *(futures[i] for i in idx), pure=False, **where[w])
         for w, idx in by_worker.items()
     ]
     got: list[Any] = [None] * len(futures)

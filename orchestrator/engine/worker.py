@@ -41,7 +41,16 @@ from .program import Batch, NodeProgram
 from .storage import Backend, WholeStripeWriter, crc32, get_backend
 from .window import Fetch, Window, Write
 
-__all__ = ["Aborted", "abort", "busy", "cut", "run_ionode", "submit_cut", "write_cut"]
+__all__ = [
+    "Aborted",
+    "abort",
+    "busy",
+    "cut",
+    "describe_contributions",
+    "run_ionode",
+    "submit_cut",
+    "write_cut",
+]
 
 #: tokens of stages told to stop (per worker process)
 _ABORTED: set[str] = set()
@@ -80,6 +89,21 @@ def busy(token: str) -> int:
     """
     with _LOCK:
         return sum(1 for t, _ in _ACTIVE if t == token)
+
+
+def describe_contributions(*cons: Any) -> list[tuple[int, np.ndarray, tuple[int, ...], str]]:
+    """On the worker holding contributions: what the stage needs to plan, without the values.
+
+    ``(client, rows, shape of the values, dtype)`` of each.
+
+    Examples
+    --------
+    >>> from orchestrator.contributions import Contribution
+    >>> [(c, r.tolist(), s, d) for c, r, s, d in describe_contributions(
+    ...     Contribution(1, [4, 5], np.zeros((2, 3))))]
+    [(1, [4, 5], (2, 3), '<f8')]
+    """
+    return [(c.client, c.rows, tuple(c.values.shape), c.values.dtype.str) for c in cons]
 
 
 def _parts(

@@ -1,0 +1,40 @@
+"""The ``iorch`` application: every command group registered on one Typer app.
+
+Kept apart from :mod:`orchestrator.cli` so that importing that package (as
+every worker process of the embedded cluster does: multiprocessing's spawn
+re-imports the ``iorch`` script) loads neither the commands nor what they
+import (the scheduling kernels, Numba, SciPy).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from . import bench, run, scheduling
+from .slurm import slurm_app
+
+app = typer.Typer(
+    help="io-orchestrator: schedule and run the output stages of Dask and Parsl workflows.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print ratios measured side by side in one run.")
+app.add_typer(bench_app, name="bench")
+workload_app = typer.Typer(help="Generate TransferSets to try the schedulers on.")
+app.add_typer(workload_app, name="workload")
+run_app = typer.Typer(help="Run a ready workflow (embedded cluster, or across a Slurm job).")
+app.add_typer(run_app, name="run")
+app.add_typer(slurm_app, name="slurm")
+
+# in the order ``iorch --help`` lists them
+app.command("policies")(scheduling.policies_cmd)
+app.command("schedule")(scheduling.schedule_cmd)
+workload_app.command("bidding")(scheduling.workload_bidding)
+app.command("cost")(scheduling.cost_cmd)
+bench_app.command("schedulers")(bench.bench_schedulers)
+bench_app.command("optimal")(bench.bench_optimal)
+app.command("write-bench")(bench.write_bench_cmd)
+bench_app.command("idg")(bench.bench_idg)
+bench_app.command("stage")(bench.bench_stage)
+run_app.command("bips3d")(run.run_bips3d)
+app.command("verify")(run.verify_cmd)
