@@ -638,3 +638,20 @@ def test_direct_writes_by_default_only_when_the_stage_has_batches_to_spread(clus
     for out in ("s.h5", "m.h5"):
         assert np.array_equal(_read("hdf5", tmp_path / out)["u"], truth)
         assert verify(tmp_path / out) == []
+
+
+def test_peak_rss_is_the_workers_own_not_its_parents_at_spawn():
+    # a parent holding 512 MiB when the cluster starts: getrusage's ru_maxrss of each
+    # spawned worker inherits that size (it survives exec); the worker's own peak is
+    # far below it
+    import resource
+
+    from orchestrator.bench.write import ionode_peak_rss
+
+    ballast = np.ones(512 << 20, dtype=np.uint8)
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert parent > 512 << 20
+    with local_cluster(n_ionodes=1, n_compute=0) as cl:
+        (peak,) = ionode_peak_rss(cl)
+    del ballast
+    assert 16 << 20 < peak < 300 << 20, peak
