@@ -268,7 +268,7 @@ def gather(
     by = np.lexsort((who, rows))
     rows, who = rows[by], who[by]
     ptr = np.zeros(spec.n_rows + 1, dtype=np.int64)
-    np.add.at(ptr, rows + 1, 1)
+    ptr[1:] = np.bincount(rows, minlength=spec.n_rows)  # rows are in range: checked above
     np.cumsum(ptr, out=ptr)
     h = Holdings(spec, ptr, who)
     miss = h.missing

@@ -513,3 +513,19 @@ def test_a_spilling_whole_stripe_writer_stores_the_same_stripes_and_checksums(
         lo = k * rows_per_stripe
         np.testing.assert_array_equal(stored[k], want[lo : lo + rows_per_stripe])
         assert sums[("u", k * sb)] == stripe_checksum(want[lo : lo + rows_per_stripe].tobytes())
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(0, 300)), min_size=0, max_size=12),
+    st.sampled_from(["int64", "int32", "uint64"]),
+)
+def test_compacted_rows_expand_to_exactly_the_rows(runs, dtype):
+    from orchestrator.engine.worker import compact_rows, expand_rows
+
+    info = np.iinfo(dtype)
+    parts = [np.arange(s, s + n) for s, n in runs]
+    rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    rows = np.clip(rows, info.min, info.max).astype(dtype)  # unsorted, repeated, any
+    back = expand_rows(compact_rows(rows))
+    assert back.dtype == rows.dtype and np.array_equal(back, rows)

@@ -43,7 +43,7 @@ from .storage import (
     stripe_checksum,
 )
 from .trace import Trace
-from .worker import describe_contributions
+from .worker import describe_contributions, expand_rows
 
 __all__ = [
     "Described",
@@ -144,7 +144,10 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     for idx, described in zip(by_worker.values(), cl.client.gather(tasks), strict=True):
         for i, d in zip(idx, described, strict=True):
             got[i] = d
-    return [Described(f, *d) for f, d in zip(futures, got, strict=True)]
+    return [
+        Described(f, c, expand_rows(rows), shape, dtype)
+        for f, (c, rows, shape, dtype) in zip(futures, got, strict=True)
+    ]
 
 
 def _localize(
