@@ -201,6 +201,7 @@ def replica_sets(
     >>> [rs[v].tolist() for v in range(3)]
     [[0], [0, 1], [1, 0]]
     """
+    # Numba loads on first call: workers import this module through the workflows
     from .kernels.idg import replica_sets as kernel
 
     part = _int_array("partition", partition)
@@ -262,8 +263,9 @@ def assign(
     >>> assign(rs, method="metis").tolist()
     [0, 0, 1, 0, 1, 0, 1, 0]
     """
+    # Numba loads on first call: workers import this module through the workflows
     from .kernels import idg as k
-    from .kernels.rng import make_state
+    from .kernels.rng import make_state  # Numba too
 
     if not isinstance(replicas, ReplicaSets):
         raise ReplicaError(
@@ -367,6 +369,7 @@ def interval_stats(writers: Any, n_writers: int | None = None) -> IntervalStats:
     >>> s.total_intervals, s.intervals_per_writer, s.mean_interval_length, s.load_balance
     (3, 1.5, 1.6666666666666667, 0.4)
     """
+    # Numba loads on first call: workers import this module through the workflows
     from .kernels.idg import intervals
 
     w = _int_array("writers", writers)

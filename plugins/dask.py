@@ -12,7 +12,7 @@ through a distributed queue. Calls secede from their worker's thread pool as
 soon as their function has returned, so the next task starts at once and the
 waiting calls never block the cut tasks the leader needs.
 
-Only this module knows Dask's coordination primitives; it is imported lazily.
+Only this module knows Dask's coordination primitives; it imports ``distributed`` lazily.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from orchestrator.engine.cluster import IOCluster, discover_workers, scheduler_address
+from orchestrator.engine.security import load_credentials
 from orchestrator.errors import ContributionError, StageError
 
 __all__ = ["contribute", "fail", "in_dask_task", "scheduler_client"]
@@ -61,9 +63,6 @@ def scheduler_client(address: str) -> Any:
     'Client-...'
     """
     from distributed import Client
-
-    from orchestrator.engine.cluster import scheduler_address
-    from orchestrator.engine.security import load_credentials
 
     with _CLIENTS_LOCK:
         cl = _CLIENTS.get(address)
@@ -114,8 +113,6 @@ def contribute(
     Checkpoint(path=PosixPath('ckpt/3.h5'), step=3)
     """
     from distributed import Future, Queue, get_client, get_worker, rejoin, secede
-
-    from orchestrator.engine.cluster import IOCluster, discover_workers
 
     in_task = in_dask_task()
     if in_task:

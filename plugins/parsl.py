@@ -30,6 +30,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from orchestrator.frontends.intercept import output_stage
+
 __all__ = ["output_app"]
 
 
@@ -93,8 +95,6 @@ def output_app(
     ('save', '(step, rank, inputs=(), outputs=())')
     """
     from parsl import join_app, python_app
-
-    from orchestrator.frontends.intercept import output_stage
 
     if stage_options.get("clients") is None:
         raise TypeError("output_app needs clients=N: a step is written when N apps are in")

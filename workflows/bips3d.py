@@ -42,6 +42,7 @@ from orchestrator.replicas import replica_sets as _replica_sets
 
 from .mesh import IntArray, MeshFormatError, partition, read_mesh, read_metis_graph
 from .mesh import read_metis_partition as _read_part
+from .meshgen import generate_mesh
 
 __all__ = [
     "DATASET",
@@ -190,8 +191,6 @@ def load_case(
                 part = _read_part(partition_file, m.n_nodes)
         name = path.name
     else:
-        from .meshgen import generate_mesh
-
         assert nodes is not None
         m = generate_mesh(nodes, seed=seed, cells=False)
         indptr, indices = m.indptr, m.indices
@@ -311,6 +310,7 @@ def dump(
     >>> res.stats.total_intervals, res.strategy  # doctest: +SKIP
     (1032, 'two-phase')
     """
+    # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
     from orchestrator.engine.stage import write_stage
 
     if (
@@ -388,6 +388,7 @@ def verify_dump(
     >>> verify_dump("mesh.h5")  # doctest: +SKIP
     32888
     """
+    # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
     from orchestrator.engine.stage import open_datasets
 
     with open_datasets(path) as data:

@@ -19,6 +19,7 @@ from pathlib import Path
 from orchestrator.replicas import assign, interval_stats, replica_sets
 
 from .mesh import IntArray, partition, read_metis_graph, read_metis_partition
+from .meshgen import generate_mesh
 
 __all__ = ["PAPER_SIZES", "PAPER_TABLE4", "KernelTiming", "Table4Row", "kernel_timing", "table4"]
 
@@ -121,8 +122,6 @@ def table4(
     >>> rows[0].nodes, rows[0].parts, rows[0].idg[1][0] < rows[0].metis[0]
     (32888, 8, True)
     """
-    from .meshgen import generate_mesh
-
     rows = []
     if real_graph is not None:
         indptr, indices = read_metis_graph(real_graph)
@@ -175,8 +174,6 @@ def kernel_timing(
     >>> t.nodes > 19_000 and t.total_seconds > 0
     True
     """
-    from .meshgen import generate_mesh
-
     t0 = time.perf_counter()
     m = generate_mesh(nodes, seed=seed, cells=False)
     t1 = time.perf_counter()

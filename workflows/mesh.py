@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import MeshFormatError
+from orchestrator.replicas import check_graph
 
 __all__ = [
     "Mesh",
@@ -435,8 +436,6 @@ def partition(indptr: Any, indices: Any, n_parts: int, seed: int = 0) -> IntArra
     [2, 2]
     """
     import pymetis
-
-    from orchestrator.replicas import check_graph
 
     if isinstance(n_parts, bool) or not isinstance(n_parts, int | np.integer):
         raise MeshFormatError(f"n_parts must be an integer, got {n_parts!r}")

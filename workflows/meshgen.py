@@ -195,6 +195,7 @@ def generate_mesh(
         indptr, indices = nodal_graph(tets, points.shape[0])
         mesh = Mesh(points, indptr, indices, tets if cells else None)
     else:
+        # kernels load Numba: workers import this module through bips3d
         from orchestrator.kernels.meshgraph import kuhn_graph
 
         nx, ny, nz = _grid_dims(int(n_nodes), dev.size)
@@ -249,6 +250,7 @@ def renumber(mesh: Mesh, order: str = "morton", seed: int = 0) -> tuple[Mesh, In
     >>> r.n_edges == m.n_edges, sorted(perm.tolist()) == list(range(500))
     (True, True)
     """
+    # kernels load Numba: workers import this module through bips3d
     from orchestrator.kernels.meshgraph import sort_rows
 
     n = mesh.n_nodes

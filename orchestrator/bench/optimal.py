@@ -19,9 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from ..contributions import DatasetSpec
 from ..cost import CostModel
+from ..layout import StripeLayout, derive_transfers
 from ..policies import PolicyError, schedule
+from ..replicas import assign
 from ..transfers import TransferSet
+from ..workflows.bips3d import default_mesh, load_case
 from ..workload import bidding_workload
 from .schedulers import paper_sweeps, write_rows
 
@@ -95,8 +99,6 @@ def mesh_case(parts: int) -> Any:
     >>> mesh_case(8).n_nodes  # doctest: +SKIP
     32888
     """
-    from ..workflows.bips3d import default_mesh, load_case
-
     mesh = default_mesh()
     if mesh is not None and mesh.exists():
         return load_case(mesh, parts=parts)
@@ -120,10 +122,6 @@ def mesh_dump_set(
     >>> ts.n_clients, ts.n_ionodes  # doctest: +SKIP
     (8, 4)
     """
-    from ..contributions import DatasetSpec
-    from ..layout import StripeLayout, derive_transfers
-    from ..replicas import assign
-
     case = mesh_case(parts)
     writer = assign(case.replicas, case.partition, method)
     spec = DatasetSpec("u", (case.n_nodes, load), "float64")

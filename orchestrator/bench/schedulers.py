@@ -225,6 +225,7 @@ def _oracle_child(policy: str, workload: dict[str, Any], cost: str, q: Any) -> N
     # would take longer than many of the oracles.
     plan = schedule(bidding_workload(**workload), policy, cost=CostModel.from_json(cost))
     c, s, d = plan.client.tolist(), plan.ionode.tolist(), plan.durations.tolist()
+    # the oracles (test code) load in this child only, not with the CLI
     from ..testing import oracles
 
     q.put("ready")

@@ -33,6 +33,7 @@ from ..engine.probes import block, peak_rss
 from ..engine.stage import write_stage
 from ..engine.storage import get_backend
 from ..files import fsync_path, fsync_tree, remove_path
+from ..plots import close, realized_gantt
 
 __all__ = [
     "BenchRow",
@@ -413,8 +414,6 @@ def run(
                 direct=direct,
             )
             if gantt_dir is not None:
-                from ..plots import close, realized_gantt
-
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
                 close(

@@ -1,4 +1,4 @@
-"""The ``iorch`` command line: one module per command group, registered in :mod:`.app`.
+"""The ``iorch`` command line: one module per command group, registered in :mod:`.commands`.
 
 - :mod:`.scheduling` — ``policies``, ``schedule``, ``workload``, ``cost``;
 - :mod:`.bench` — ``bench schedulers|optimal|idg|stage`` and ``write-bench``;
@@ -35,7 +35,8 @@ def main() -> None:
     from ..kernels import refresh_cache  # here, once, before any worker loads a kernel
 
     refresh_cache()
-    from .app import app
+    # the commands (Numba, SciPy) stay out of spawned workers, which re-import this package
+    from .commands import app
 
     try:
         app()
@@ -61,7 +62,7 @@ def main() -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "app":  # ``orchestrator.cli.app``, loaded on first use
-        from .app import app
+        from .commands import app  # the commands load Numba and SciPy: only on demand
 
         return app
     raise AttributeError(f"module 'orchestrator.cli' has no attribute {name!r}")

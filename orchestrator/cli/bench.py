@@ -11,10 +11,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..bench import schedulers as bench
 from ..bench.schedulers import BIDDING, SweepResult, Timing
+from ..engine import DEFAULT_WINDOW
+from ..engine.cluster import local_cluster
 from ..errors import InputError
 from ..files import atomic_path
 from ..limits import check_disk, check_memory
+from ..plots import close, sweep_plot
 from ..policies import PolicyError, policies
 from ._common import (
     FORMATS,
@@ -55,9 +59,6 @@ def bench_schedulers(
 
     Example: ``iorch bench schedulers --quick --out out/demo``
     """
-    from ..bench import schedulers as bench
-    from ..plots import close, sweep_plot
-
     try:
         cm = cost_model(cost)
     except USER_ERRORS as e:
@@ -116,7 +117,7 @@ def bench_optimal(
 
     Example: ``iorch bench optimal --quick --out out/opt``
     """
-    from ..bench import optimal as optbench
+    from ..bench import optimal as optbench  # loaded when the command runs, not at iorch --help
 
     try:
         cm = cost_model(cost)
@@ -301,9 +302,8 @@ def write_bench_cmd(
     import csv
     import json
 
+    # bench.write loads distributed: when the command runs, not at iorch --help
     from ..bench.write import ionode_peak_rss, parse_size, run
-    from ..engine import DEFAULT_WINDOW
-    from ..engine.cluster import local_cluster
 
     try:
         nbytes, stripe_bytes = parse_size(size, "--size"), parse_size(stripe, "--stripe")
@@ -454,8 +454,9 @@ def bench_idg(
 
     Example: ``iorch bench idg --quick``
     """
+    # the workflows load when the command runs, not at iorch --help
     from ..workflows.bips3d import default_mesh
-    from ..workflows.idgbench import kernel_timing, table4
+    from ..workflows.idgbench import kernel_timing, table4  # likewise
 
     real = mesh if mesh is not None else default_mesh()
     gen, parts = ((1, 2), (8, 64)) if quick else ((1, 2, 3, 4), (8, 16, 32, 64))
@@ -565,7 +566,7 @@ def bench_stage(
 
     Example: ``iorch bench stage --quick``
     """
-    from ..engine.cluster import local_cluster
+    # engine.measure loads distributed: when the command runs, not at iorch --help
     from ..engine.measure import parse_size
 
     try:
@@ -579,6 +580,7 @@ def bench_stage(
                 raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
         if policy not in policies():
             raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
+        # bench.stage loads distributed: when the command runs, not at iorch --help
         from ..bench.stage import run as run_bench
 
         total = len(size_list) * len(task_list) * len(fmt_list)

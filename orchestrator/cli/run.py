@@ -12,7 +12,9 @@ from rich.table import Table
 from .. import defaults
 from ..errors import InputError
 from ..files import atomic_path
+from ..plots import close, interval_map, realized_gantt
 from ..policies import PolicyError, policies
+from ..replicas import METHODS
 from ._common import (
     FORMATS,
     USER_ERRORS,
@@ -73,10 +75,10 @@ def run_bips3d(
 
     Example: ``iorch run bips3d --mesh mesh.graph --parts 8 --load 100 --format zarr``
     """
+    # engine.measure loads distributed: when the command runs, not at iorch --help
     from ..engine.measure import calibrated_cost, parse_size, raw_write_bandwidth
     from ..plugins.slurm import workflow_cluster  # Slurm only where a workflow runs
-    from ..replicas import METHODS
-    from ..workflows import bips3d
+    from ..workflows import bips3d  # the workflow too
 
     try:
         methods = list(METHODS) if assign == "all" else [m.strip() for m in assign.split(",")]
@@ -154,7 +156,7 @@ def _report_bips3d(
     stripe_bytes: int,
     out: Path,
 ) -> None:
-    from ..plots import close, interval_map, realized_gantt
+    # the workflow loads when the command runs, not at iorch --help
     from ..workflows.bips3d import MeshCase
 
     assert isinstance(case, MeshCase)
@@ -255,6 +257,7 @@ def verify_cmd(
 
     Example: ``iorch verify out/ckpt.h5``
     """
+    # engine.stage loads distributed: when the command runs, not at iorch --help
     from ..engine.stage import verify
 
     try:

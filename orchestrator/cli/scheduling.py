@@ -13,7 +13,10 @@ from rich.table import Table
 from .. import defaults
 from ..cost import get_cost_model
 from ..files import atomic_path
+from ..plots import close
+from ..plots import gantt as draw
 from ..policies import policies, schedule
+from ..workload import bidding_workload
 from ._common import (
     USER_ERRORS,
     console,
@@ -71,9 +74,6 @@ def schedule_cmd(
             if out is not None:
                 plan.to_csv(outputs.enter_context(atomic_path(out)))
             if gantt is not None:
-                from ..plots import close
-                from ..plots import gantt as draw
-
                 close(draw(plan, path=outputs.enter_context(atomic_path(gantt))))
     except USER_ERRORS as e:
         raise fail(str(e)) from None
@@ -113,8 +113,6 @@ def workload_bidding(
 
     Example: ``iorch workload bidding --out t.csv --ionodes 32 --busy 0.3 --large 0.1``
     """
-    from ..workload import bidding_workload
-
     try:
         ts = bidding_workload(ionodes, busy, large, n_clients=clients, seed=seed)
         ts.save_npz(out) if out.suffix == ".npz" else ts.to_csv(out)

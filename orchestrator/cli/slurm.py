@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ._common import console, err, fail
 
 __all__ = ["slurm_app"]
 
@@ -119,6 +120,7 @@ def _script(
     ``root`` is the ``iorch`` click command (``ctx.find_root().command`` in a
     command, ``typer.main.get_command(orchestrator.cli.app)`` elsewhere).
     """
+    # the Slurm plugin loads when a slurm command runs, not at iorch --help
     from ..plugins.slurm import (
         SlurmError,
         SlurmUnreachable,
@@ -126,7 +128,7 @@ def _script(
         check_partition,
         choose_roles,
     )
-    from ..plugins.slurm import expand_hostlist as hosts
+    from ..plugins.slurm import expand_hostlist as hosts  # likewise
 
     cmd = _workflow_command(root, workflow)
     # the job's nodes are unknown until it runs: check the split on placeholders,
@@ -160,8 +162,6 @@ def _script(
         except SlurmUnreachable as e:
             if check:  # submitting: sbatch would fail the same way
                 raise
-            from ._common import err
-
             err.print(f"partition {partition!r} not checked: {e}")
     extra = list(sbatch or [])
     if named:
@@ -227,8 +227,8 @@ def script_cmd(
     check: CheckOpt = True,
 ) -> None:
     """``iorch slurm script`` and ``iorch slurm submit`` (see their help texts)."""
+    # the Slurm plugin loads when a slurm command runs, not at iorch --help
     from ..plugins.slurm import SlurmError, submit
-    from ._common import console, err, fail
 
     submitting = ctx.info_name == "submit"
     origin = shlex.join(["iorch", "slurm", *sys.argv[2:]]) if sys.argv[1:2] == ["slurm"] else ""
@@ -283,8 +283,8 @@ def status_cmd(
 
     Example: ``iorch slurm status 17 --wait``
     """
+    # the Slurm plugin loads when a slurm command runs, not at iorch --help
     from ..plugins.slurm import SlurmError, job_status
-    from ._common import console, err, fail
 
     try:
         st = job_status(job_id)

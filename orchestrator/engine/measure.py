@@ -23,6 +23,7 @@ from ..cost import CostModel
 from ..errors import InputError
 from ..files import private_file, remove_path
 from .cluster import IOCluster
+from .directio import PositionedFile
 from .probes import contribution, write_pieces
 from .stage import write_stage
 
@@ -123,8 +124,6 @@ def raw_write_bandwidth(
 
 
 def _direct_write_bandwidth(path: Path, nbytes: int, block: int, buf: memoryview) -> float:
-    from .directio import PositionedFile
-
     t0 = time.perf_counter()
     path.write_bytes(b"")
     f = PositionedFile(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..contributions import Contribution
+from .directio import PositionedFile
 
 __all__ = ["block", "contribution", "peak_rss", "write_pieces"]
 
@@ -47,8 +48,6 @@ def write_pieces(path: str, pos: np.ndarray, size: np.ndarray) -> None:
     --------
     >>> write_pieces("/tmp/p.bin", np.array([0]), np.array([4096]))  # doctest: +SKIP
     """
-    from .directio import PositionedFile
-
     longest = int(size.max()) if size.size else 0
     # values as a stage's: floats, and buffers that start anywhere in a page
     values = np.arange(longest // 8 + 8, dtype=np.float64).view(np.uint8)

@@ -32,6 +32,7 @@ from ..engine.options import WriteOptions
 from ..engine.storage import get_backend
 from ..errors import CaptureError
 from .checkpoint import Checkpoint
+from .intercept import OutputStage, StageOptions
 
 __all__ = ["CaptureError", "CapturedDataset", "CapturedFile", "capture"]
 
@@ -319,8 +320,6 @@ def capture(
     >>> f.checkpoint.path  # doctest: +SKIP
     PosixPath('ckpt.h5')
     """
-    from .intercept import OutputStage, StageOptions
-
     # what the block cannot change is checked before it runs, not when it ends
     if not is_int(clients, 1, 2**63):
         raise CaptureError(f"clients must be an integer >= 1, got {clients!r}")

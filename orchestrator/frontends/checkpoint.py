@@ -82,8 +82,9 @@ def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: boo
     >>> with open_checkpoint("ckpt/step3.h5", lazy=True) as data:  # doctest: +SKIP
     ...     first = data["u"][:10]
     """
+    # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
     from ..engine.stage import open_datasets
-    from ..engine.stage import verify as check
+    from ..engine.stage import verify as check  # likewise
 
     path = Path(path)
     if not path.exists():
@@ -135,6 +136,7 @@ def latest_checkpoint(
 
     candidates = [p for p in glob.glob(os.fspath(pattern)) if not Path(p).name.startswith(".")]
     candidates.sort(key=lambda p: (_natural_key(p), mtime(p)), reverse=True)
+    # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
     from ..engine.stage import verify as check
 
     for p in candidates:

@@ -44,8 +44,10 @@ import numpy as np
 from .. import defaults
 from ..checks import is_int
 from ..contributions import Contribution, ContributionError, DatasetSpec
+from ..engine.cluster import local_cluster
 from ..engine.options import WriteOptions
 from ..engine.storage import get_backend
+from ..plugins import dask as dask_plugin
 from .checkpoint import Checkpoint
 
 __all__ = ["OutputStage", "StageOptions", "output_stage", "set_default_cluster"]
@@ -212,6 +214,7 @@ def _run(
     contributions: Mapping[str, list[Any]],
 ) -> Checkpoint:
     """Write one step: infer the specs, then :func:`~orchestrator.engine.stage.write_stage`."""
+    # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
     from ..engine.stage import describe, is_future, write_stage
 
     # one round of small tasks for every remote contribution of every dataset: its rows
@@ -256,8 +259,6 @@ def set_default_cluster(cluster: Any) -> None:
 
 
 def _default_cluster(n_ionodes: int) -> Any:
-    from ..engine.cluster import local_cluster
-
     with _DEFAULT_LOCK:
         if _DEFAULT.get("cluster") is None:
             cl = local_cluster(n_ionodes=n_ionodes, n_compute=2)
@@ -345,8 +346,6 @@ class OutputStage:
         step, client = self._key(args, kwargs)
         opts = self.options
         scheduler = opts.scheduler or os.environ.get(SCHEDULER_ENV)
-        from ..plugins import dask as dask_plugin
-
         if dask_plugin.in_dask_task() or (scheduler and opts.cluster is None):
             if opts.clients is None:
                 raise ContributionError(

@@ -34,8 +34,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ..contributions import DatasetSpec
 from ..cost import CostModel
+from ..engine.commit import commit
+from ..engine.storage import MANIFEST_VERSION, backend_names, format_of, get_backend
 from ..errors import PolicyError
+from ..layout import StripeLayout
 from ..plan import Plan
 from ..policies import KINDS, get_policy, schedule
 from ..transfers import TransferSet
@@ -198,10 +202,6 @@ class BackendTests:
         seed: int,
     ) -> dict[str, Any]:
         """Write ``values`` of ``specs`` into ``target`` through the backend; the manifest."""
-        from ..engine.commit import commit
-        from ..engine.storage import MANIFEST_VERSION, get_backend
-        from ..layout import StripeLayout
-
         backend = get_backend(self.format)
         rng = np.random.default_rng(seed)
         tmp = target.with_name(target.name + ".tmp")
@@ -253,16 +253,11 @@ class BackendTests:
 
     def suffix(self) -> str:
         """The target's file name ending for this format."""
-        from ..engine.storage import get_backend
-
         return get_backend(self.format).suffix
 
     @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def test_every_byte_reads_back(self, tmp_path_factory: Any, data: Any) -> None:
-        from ..contributions import DatasetSpec
-        from ..engine.storage import format_of, get_backend
-
         n_ionodes = data.draw(st.integers(1, 4))
         specs, values = [], []
         for i in range(data.draw(st.integers(1, 2))):
@@ -276,6 +271,7 @@ class BackendTests:
         manifest = self.write(
             target, specs, values, n_ionodes, stripe, data.draw(st.integers(0, 99))
         )
+        # engine.stage loads distributed, which the policy kit does not need
         from ..engine.stage import open_datasets, verify
 
         backend = get_backend(self.format)
@@ -290,8 +286,6 @@ class BackendTests:
                 np.testing.assert_array_equal(np.asarray(opened[spec.name][...]), val)
 
     def test_is_registered_and_recognises_only_its_own(self, tmp_path: Path) -> None:
-        from ..engine.storage import backend_names, get_backend
-
         assert self.format in backend_names()
         backend = get_backend(self.format)
         assert backend.name == self.format

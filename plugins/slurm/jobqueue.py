@@ -18,6 +18,7 @@ from orchestrator.engine.cluster import (
     ionode_resources,
 )
 from orchestrator.errors import SlurmError
+from orchestrator.frontends.intercept import SCHEDULER_ENV
 
 from .batch import _NAME, check_partition
 
@@ -173,8 +174,6 @@ def parsl_config(
     from parsl.executors import HighThroughputExecutor
     from parsl.launchers import SrunLauncher
     from parsl.providers import SlurmProvider
-
-    from orchestrator.frontends.intercept import SCHEDULER_ENV
 
     for name, val in (("partition", partition), ("account", account)):
         if val is not None and not _NAME.fullmatch(val):

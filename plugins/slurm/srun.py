@@ -23,6 +23,7 @@ from orchestrator.engine.cluster import (
     discover_workers,
     ionode_name,
     ionode_resources,
+    local_cluster,
 )
 from orchestrator.engine.security import (
     new_security,
@@ -368,8 +369,6 @@ def workflow_cluster(
     ...     io.n_ionodes
     2
     """
-    from orchestrator.engine.cluster import local_cluster
-
     if cluster not in CLUSTERS:
         raise InputError(f"--cluster {cluster!r}: choose one of {list(CLUSTERS)}")
     alloc = Allocation.from_env() if cluster != "local" else None
