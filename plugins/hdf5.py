@@ -238,8 +238,10 @@ class ChunkedSubfileWriter(WholeStripeWriter):
         fsync_path(self.path)
 
     def release(self) -> None:
-        self.file.close()
-        super().release()
+        try:
+            self.file.close()
+        finally:  # the spill file and its descriptor go whatever closing the file did
+            super().release()
 
 
 class HDF5SubfileBackend(HDF5Backend):

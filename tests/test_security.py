@@ -6,6 +6,7 @@ that finds the published credentials.
 """
 
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -146,3 +147,37 @@ def test_a_planted_credentials_file_is_replaced_not_followed(tmp_path, monkeypat
     publish_credentials("tls://127.0.0.1:5", new_security())
     assert victim.read_text() == "keep"
     assert not crt.is_symlink() and "CERTIFICATE" in crt.read_text()
+
+
+def test_a_home_where_nothing_can_be_written_leaves_the_cluster_usable_here(
+    tmp_path, monkeypatch, caplog
+):
+    # a container or batch job without a usable home: this process holds the
+    # certificate, so its stages still run; other processes cannot join, and the
+    # warning says so
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.delenv("IORCH_CREDENTIALS_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(blocker / "home"))
+    with pytest.raises(ClusterError, match="IORCH_CREDENTIALS_DIR"):
+        publish_credentials("tls://10.0.0.5:1", new_security())
+    assert load_credentials("tls://10.0.0.5:1") is None
+    with caplog.at_level("WARNING", logger="orchestrator.engine.cluster"):
+        with local_cluster(n_ionodes=1, n_compute=0) as cl:
+            assert cl.address.startswith("tls://")
+            assert cl.client.submit(pow, 3, 2, pure=False).result() == 9
+    assert "only this process can use the cluster" in caplog.text
+
+
+def test_two_hosts_sharing_a_home_never_share_a_loopback_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("IORCH_CREDENTIALS_DIR", str(tmp_path / "creds"))
+    crt, _ = credentials_files("tls://127.0.0.1:40123")
+    assert socket.gethostname() in crt.name
+    mine, theirs = new_security(), new_security()
+    publish_credentials("tls://10.0.0.5:7", mine)
+    publish_credentials("tls://10.0.0.5:7", theirs)  # another cluster took the name since
+    withdraw_credentials("tls://10.0.0.5:7", mine)  # closing the first must not remove it
+    assert load_credentials("tls://10.0.0.5:7").tls_client_cert == theirs.tls_client_cert
+    withdraw_credentials("tls://10.0.0.5:7", theirs)
+    assert load_credentials("tls://10.0.0.5:7") is None

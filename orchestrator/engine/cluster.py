@@ -258,13 +258,15 @@ class IOCluster:
                     pool.shutdown(wait=False)
             except Exception:  # a scheduler already gone: nothing to wait for
                 pass
-        self.client.close()
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
-        if self._published is not None:
-            withdraw_credentials(self._published)
-            self._published = None
+        try:
+            self.client.close()
+            if self._owned is not None:
+                self._owned.close()
+                self._owned = None
+        finally:  # the files go even if closing failed: they open nothing any more
+            if self._published is not None:
+                withdraw_credentials(self._published, self.security)
+                self._published = None
 
     def __enter__(self) -> IOCluster:
         return self
@@ -453,22 +455,31 @@ def local_cluster(
         )
         try:
             if sec is not None:
-                published = cluster.scheduler_address
-                publish_credentials(published, sec)
+                try:
+                    publish_credentials(cluster.scheduler_address, sec)
+                    published = cluster.scheduler_address
+                except ClusterError as err:
+                    # this process holds the certificate and needs no file; only other
+                    # processes of the user (a Parsl worker, connect()) cannot join
+                    log.warning("%s; only this process can use the cluster", err)
             client = Client(cluster, security=sec)
             client.register_plugin(quiet_cancellations())
             client.wait_for_workers(n_ionodes + n_compute, timeout=120)
             found = discover_workers(client)
         except Exception:
-            cluster.close()
-            if published is not None:
-                withdraw_credentials(published)
+            try:
+                cluster.close()
+            finally:
+                if published is not None:
+                    withdraw_credentials(published, sec)
             raise
         if held:  # Ctrl-C or SIGTERM while starting: stop what was started, in order
-            client.close()
-            cluster.close()
-            if published is not None:
-                withdraw_credentials(published)
+            try:
+                client.close()
+                cluster.close()
+            finally:
+                if published is not None:
+                    withdraw_credentials(published, sec)
     # a held signal is delivered here, once the cluster is closed (or up, if none came)
     log.info(
         "embedded cluster at %s: %d I/O, %d compute workers",

@@ -21,12 +21,16 @@ see it. The files live as long as the cluster: closing it removes them.
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import stat
 from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError
+
+log = logging.getLogger("orchestrator.engine.security")
 
 __all__ = [
     "credentials_dir",
@@ -74,9 +78,15 @@ def credentials_dir(create: bool = False) -> Path:
     """
     env = os.environ.get("IORCH_CREDENTIALS_DIR")
     if env:
-        path = Path(env)
+        path = Path(env).absolute()  # the same folder for every process, whatever its cwd
     else:
-        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        try:
+            cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        except RuntimeError:  # no HOME and no passwd entry (some containers)
+            raise ClusterError(
+                "no home folder to keep the cluster's credentials in: set "
+                "IORCH_CREDENTIALS_DIR, or pass security=False"
+            ) from None
         path = Path(cache) / "io-orchestrator" / "credentials"
     if create:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -105,8 +115,14 @@ def _checked_dir(path: Path) -> Path:
 
 
 def _stem(address: str) -> str:
-    """``tls://127.0.0.1:40123`` → ``127.0.0.1_40123`` (a file name, whatever the address)."""
+    """``tls://10.0.0.5:40123`` → ``10.0.0.5_40123`` (a file name, whatever the address).
+
+    A loopback address names the host too: two jobs on two nodes sharing a
+    home folder may both listen on 127.0.0.1 with the same port.
+    """
     where = address.split("://", 1)[-1]
+    if where.startswith(("127.", "localhost", "0.0.0.0", "[::1]")):
+        where = f"{socket.gethostname()}-{where}"
     return "".join(c if c.isalnum() or c in ".-" else "_" for c in where)
 
 
@@ -115,8 +131,8 @@ def credentials_files(address: str) -> tuple[Path, Path]:
 
     Examples
     --------
-    >>> [p.name for p in credentials_files("tls://127.0.0.1:40123")]
-    ['127.0.0.1_40123.crt', '127.0.0.1_40123.key']
+    >>> [p.name for p in credentials_files("tls://10.0.0.5:40123")]
+    ['10.0.0.5_40123.crt', '10.0.0.5_40123.key']
     """
     base = credentials_dir() / _stem(address)
     return base.with_name(base.name + ".crt"), base.with_name(base.name + ".key")
@@ -145,21 +161,36 @@ def publish_credentials(address: str, security: Any) -> tuple[Path, Path]:
     --------
     >>> crt, key = publish_credentials("tls://127.0.0.1:40123", new_security())  # doctest: +SKIP
     """
-    _checked_dir(credentials_dir(create=True))
-    crt, key = credentials_files(address)
-    _write_private(crt, security.tls_client_cert)
-    _write_private(key, security.tls_client_key)
+    try:
+        _checked_dir(credentials_dir(create=True))
+        crt, key = credentials_files(address)
+        _write_private(crt, security.tls_client_cert)
+        _write_private(key, security.tls_client_key)
+    except OSError as err:  # a read-only home, a full disk: say where, and the ways out
+        raise ClusterError(
+            f"cannot write the cluster's credentials ({err}): set IORCH_CREDENTIALS_DIR "
+            "to a folder of yours, or pass security=False"
+        ) from None
     return crt, key
 
 
-def withdraw_credentials(address: str) -> None:
+def withdraw_credentials(address: str, security: Any = None) -> None:
     """Remove the files :func:`publish_credentials` wrote for ``address`` (gone already: fine).
+
+    With ``security``, only if they still hold its certificate: another
+    cluster may have published under the same name since.
 
     Examples
     --------
     >>> withdraw_credentials("tls://127.0.0.1:1")
     """
-    for path in credentials_files(address):
+    try:
+        crt, key = credentials_files(address)
+        if security is not None and crt.read_text() != security.tls_client_cert:
+            return
+    except (OSError, ClusterError):  # nothing there, or no folder at all
+        return
+    for path in (crt, key):
         try:
             path.unlink()
         except FileNotFoundError:
@@ -181,16 +212,22 @@ def load_credentials(address: str | dict[str, Any]) -> Any:
     addr = address["address"] if isinstance(address, dict) else address
     if not isinstance(addr, str) or not addr.startswith("tls://"):
         return None
-    crt, key = credentials_files(addr)
+    try:
+        crt, key = credentials_files(addr)
+    except ClusterError:  # no folder at all: Dask's own configuration may still serve
+        return None
     if not crt.exists():
         return None
     _checked_dir(crt.parent)
     from distributed.security import Security
 
-    cert = crt.read_text()
+    try:
+        cert, secret = crt.read_text(), key.read_text()
+    except OSError as err:  # half-published, or withdrawn meanwhile
+        raise ClusterError(f"credentials for {addr} are unreadable: {err}") from None
     return Security(
         require_encryption=True,
         tls_ca_file=cert,
         tls_client_cert=cert,
-        tls_client_key=key.read_text(),
+        tls_client_key=secret,
     )

@@ -205,11 +205,13 @@ def allocation_cluster(
         _wait_for(client, want, steps, timeout)
         found = discover_workers(client)
     except BaseException:
-        if client is not None:
-            client.close()
-        owned.close()
-        if published is not None:
-            withdraw_credentials(published)
+        try:
+            if client is not None:
+                client.close()
+            owned.close()
+        finally:
+            if published is not None:
+                withdraw_credentials(published, sec)
         raise
     log.info(
         "Slurm job %s: scheduler %s, %d I/O workers on %s, %d compute workers on %s",
