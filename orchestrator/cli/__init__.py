@@ -20,18 +20,49 @@ import signal
 import sys
 from typing import Any
 
+# the signals this process received, first first: whatever error a command ends
+# with after one (a library interrupted halfway may raise its own, as Numba's
+# cache does when Ctrl-C lands inside a compilation: "no compiled object yet"),
+# the command was interrupted, and says so as Ctrl-C would
+_received: list[int] = []
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    _received.append(signum)
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
+
 
 def _terminate(signum: int, frame: object) -> None:
     # scancel and batch systems stop jobs with SIGTERM: unwind like Ctrl-C, so
     # a stage being written removes its temporary output instead of leaving it;
     # a second SIGTERM (scancel twice, then the time limit) must not cut that short
+    _received.append(signum)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
+
+
+def _end_interrupted(signum: int) -> None:
+    name = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    print(
+        f"iorch: {name}; the stage in progress, if any, was not committed and its "
+        "temporary output was removed; checkpoints committed before are intact",
+        file=sys.stderr,
+    )
+    # everything the command started is stopped by now (the cluster's `with`
+    # has closed it, the stage's cleanup has run); what is left is the
+    # interpreter's own finalization, which now and then crashed with SIGSEGV
+    # in a library thread still alive after the interrupt (1 of 12 signal points
+    # of tests/faults/test_signals.py), turning a clean 130 into -11. Skip it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def main() -> None:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     signal.signal(signal.SIGTERM, _terminate)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored (nohup, &)
+        signal.signal(signal.SIGINT, _interrupt)
     from ..kernels import refresh_cache  # here, once, before any worker loads a kernel
 
     refresh_cache()
@@ -43,20 +74,13 @@ def main() -> None:
     except SystemExit as stop:
         # Ctrl-C (130) and SIGTERM (143) end quietly in typer: say what became of the work
         if stop.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-            name = "interrupted" if stop.code == 128 + signal.SIGINT else "stopped by SIGTERM"
-            print(
-                f"iorch: {name}; the stage in progress, if any, was not committed and its "
-                "temporary output was removed; checkpoints committed before are intact",
-                file=sys.stderr,
-            )
-            # everything the command started is stopped by now (the cluster's `with`
-            # has closed it, the stage's cleanup has run); what is left is the
-            # interpreter's own finalization, which now and then crashed with SIGSEGV
-            # in a library thread still alive after the interrupt (1 of 12 signal points
-            # of tests/faults/test_signals.py), turning a clean 130 into -11. Skip it
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(int(stop.code))
+            _end_interrupted(int(stop.code) - 128)
+        if _received and stop.code not in (0, None):
+            _end_interrupted(_received[0])
+        raise
+    except BaseException:
+        if _received:
+            _end_interrupted(_received[0])
         raise
 
 

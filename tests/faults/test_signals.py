@@ -76,3 +76,36 @@ def test_a_signal_at_any_point_of_a_run_ends_it_cleanly(tmp_path, signum):
         while [p for p in started if _alive(p)] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [p for p in started if _alive(p)], f"left running after {delay:.1f} s"
+
+
+_LIBRARY_INTERRUPTED_HALFWAY = """
+import os, signal, sys
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+def app():
+    try:
+        os.kill(os.getpid(), signal.{name})
+        signal.pause()
+    except (KeyboardInterrupt, SystemExit):
+        # what Numba's cache did when Ctrl-C landed inside a compilation (CI, a fresh cache)
+        raise RuntimeError("no compiled object yet for <Library '_node_lists'>")
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_library_error_raised_by_the_interrupt_itself_still_ends_as_an_interrupt(signum):
+    run = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_INTERRUPTED_HALFWAY.format(name=signum.name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("iorch: "), run.stderr
