@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from orchestrator.contributions import DatasetSpec
 from orchestrator.engine.commit import commit
 from orchestrator.engine.dispatch import Staged, fill_pieces, program_of
+from orchestrator.engine.program import stripe_groups
 from orchestrator.engine.storage import PieceChecksums, StorageError
 from orchestrator.engine.window import Fetch, Window, Write
 from orchestrator.kernels import crc
@@ -242,6 +243,51 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
     ranks = [r for _, r in sorted(starts)]
     assert sorted(ranks) == list(range(len(ranks)))
     assert [t for t, _ in sorted(starts, key=lambda x: x[1])] == sorted(t for t, _ in starts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stages(), st.integers(1, 400))
+def test_stripe_groups_store_each_stripe_once_when_the_plan_completes_it(case, limit):
+    staged, plan, n_io, source, batch, first_batch = case
+    prog = program_of(staged, plan, n_io, source, batch, first_batch)
+    sb = [p.layout.stripe_bytes for p in staged.parts]
+    for node in prog.nodes:
+        groups = stripe_groups(node, sb, limit)
+        # oracle: walk the node's ranges in plan order, the slow way
+        last, held, rows = {}, {}, []
+        for b in node.batches:
+            for i in range(len(b.ranges)):
+                d, c, o, n, u = (
+                    int(getattr(b.ranges, f)[i])
+                    for f in ("dataset", "client", "offset", "nbytes", "unit")
+                )
+                key = (d, o // sb[d] * sb[d])
+                src = b.cuts[b.cut[i]].source
+                last[key] = (len(rows), b.index)
+                held.setdefault(key, {}).setdefault(src, 0)
+                held[key][src] += n
+                rows.append((d, c, o, n, u, src))
+        want = sorted(last, key=lambda k: last[k][0])
+        got = [(d, o) for g in groups for d, o, _ in g.stripes]
+        assert got == want  # each stripe once, in the order the plan completes it
+        size = {(d, o): n for d, o, n in node.stripes}
+        seen = []
+        for g in groups:
+            assert {last[(d, o)][1] for d, o, _ in g.stripes} == {g.batch}
+            assert g.nbytes <= limit or len(g.stripes) == 1
+            assert all(n == size[(d, o)] for d, o, n in g.stripes)
+            for j, (d, o, _) in enumerate(g.stripes):
+                counts = held[(d, o)]
+                best = max(counts.values())
+                assert g.assembler[j] == min(s for s, v in counts.items() if v == best)
+            keys = [(int(g.stripe[i]), int(g.ranges.offset[i])) for i in range(len(g.ranges))]
+            assert keys == sorted(keys)  # stripe order, then file order
+            for i in range(len(g.ranges)):
+                d, o = g.stripes[int(g.stripe[i])][:2]
+                assert int(g.ranges.dataset[i]) == d and o <= int(g.ranges.offset[i]) < o + sb[d]
+                fields = ("dataset", "client", "offset", "nbytes", "unit")
+                seen.append((*(int(getattr(g.ranges, f)[i]) for f in fields), int(g.source[i])))
+    assert sorted(seen) == sorted(rows)  # every range of the node exactly once
 
 
 # ------------------------------------------------------------------ commit

@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .dispatch import StageError
     from .options import DEFAULT_WINDOW, WriteOptions
-    from .program import Batch, Cut, NodeProgram, Program, build_program, unit_ranges
+    from .program import (
+        Batch,
+        Cut,
+        NodeProgram,
+        Program,
+        StripeGroup,
+        build_program,
+        stripe_groups,
+        unit_ranges,
+    )
     from .trace import Trace
     from .window import Fetch, Window, Write
 
@@ -25,7 +34,9 @@ _WHERE = {
     "Cut": "program",
     "NodeProgram": "program",
     "Program": "program",
+    "StripeGroup": "program",
     "build_program": "program",
+    "stripe_groups": "program",
     "unit_ranges": "program",
     "Trace": "trace",
     "Fetch": "window",
@@ -49,10 +60,12 @@ __all__ = [
     "NodeProgram",
     "Program",
     "StageError",
+    "StripeGroup",
     "Trace",
     "Window",
     "Write",
     "WriteOptions",
     "build_program",
+    "stripe_groups",
     "unit_ranges",
 ]

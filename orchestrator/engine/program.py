@@ -26,7 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Batch", "Cut", "NodeProgram", "Program", "Ranges", "build_program", "unit_ranges"]
+__all__ = [
+    "Batch",
+    "Cut",
+    "NodeProgram",
+    "Program",
+    "Ranges",
+    "StripeGroup",
+    "build_program",
+    "stripe_groups",
+    "unit_ranges",
+]
 
 I64 = npt.NDArray[np.int64]
 
@@ -292,3 +302,115 @@ def build_program(
     for r, (_, s, b) in enumerate(sorted(starts)):
         rank[s][b] = r
     return Program(tuple(nodes), tuple(tuple(x) for x in rank))
+
+
+@dataclass(frozen=True, eq=False)
+class StripeGroup:
+    """Whole stripes of one I/O node, assembled and stored by the sources, together.
+
+    For formats written a stripe at a time (a Zarr shard): a stripe is
+    stored when the I/O node's plan reaches its last byte, by the source
+    holding most of it (:attr:`assembler`), which receives the rest from the
+    other sources. ``ranges[i]`` is held by source ``source[i]`` and belongs
+    to stripe ``stripe[i]`` (an index into :attr:`stripes`); ranges are in
+    stripe order, then file order.
+    """
+
+    ionode: int
+    #: the batch of the node's program whose ranges complete these stripes
+    batch: int
+    #: ``(dataset index, stripe offset, stripe bytes)``, in the order their last byte comes
+    stripes: tuple[tuple[int, int, int], ...]
+    assembler: I64
+    ranges: Ranges
+    stripe: I64
+    source: I64
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stripes (what their assemblers hold at once)."""
+        return sum(n for _, _, n in self.stripes)
+
+
+def stripe_groups(
+    node: NodeProgram, stripe_bytes: Sequence[int], limit: int
+) -> tuple[StripeGroup, ...]:
+    """The node's stripes in the order the plan completes them, in groups of ``limit`` bytes.
+
+    A stripe completes at the batch holding its last range, and the stripes
+    completing in one batch come in the order of their last ranges; a group
+    takes consecutive stripes of one batch while they fit in ``limit`` (a
+    larger stripe is a group alone). Each stripe's assembler is the source
+    holding most of its bytes (the lowest index among equals): the others'
+    ranges are the only bytes that move. Stripes no range touches (only
+    fill values) are in no group.
+
+    Examples
+    --------
+    >>> r = Ranges(*[np.array(x) for x in ([0, 0, 0], [0, 1, 1], [0, 4, 8], [4, 4, 8], [0, 1, 1])])
+    >>> b = Batch(0, 0, r, np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([0, 0, 4]),
+    ...           (Cut(0, r.take(np.array([0]))), Cut(1, r.take(np.array([1, 2])))), 0.0)
+    >>> (g,) = stripe_groups(NodeProgram(0, (b,), ((0, 0, 8), (0, 8, 8))), [8], 1 << 20)
+    >>> g.stripes, g.assembler.tolist(), g.source.tolist()
+    (((0, 0, 8), (0, 8, 8)), [0, 1], [0, 1, 1])
+    """
+    if not node.batches:
+        return ()
+    size = {(d, o): n for d, o, n in node.stripes}
+    parts = [b.ranges for b in node.batches]
+    fields = ("dataset", "client", "offset", "nbytes", "unit")
+    ranges = Ranges(*(np.concatenate([getattr(r, f) for r in parts]) for f in fields))
+    batch = np.repeat(np.arange(len(parts), dtype=np.int64), [len(r) for r in parts])
+    source = np.concatenate(
+        [np.array([c.source for c in b.cuts], dtype=np.int64)[b.cut] for b in node.batches]
+    )
+    sb = np.asarray(stripe_bytes, dtype=np.int64)[ranges.dataset]
+    start = ranges.offset // sb * sb
+    keys, sid = np.unique(np.stack([ranges.dataset, start], axis=1), axis=0, return_inverse=True)
+    sid = sid.reshape(-1)
+    pos = np.arange(len(ranges), dtype=np.int64)
+    last = np.full(len(keys), -1, dtype=np.int64)
+    np.maximum.at(last, sid, pos)  # the stream position of each stripe's last range
+    order = np.argsort(last, kind="stable")
+    n_src = int(source.max()) + 1
+    held = np.zeros((len(keys), n_src), dtype=np.int64)
+    np.add.at(held, (sid, source), ranges.nbytes)
+    assembler = held.argmax(axis=1)  # the first of the largest among equals
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[order] = np.arange(len(keys))
+    by = np.lexsort((ranges.offset, rank[sid]))  # stripe order, then file order
+    groups: list[StripeGroup] = []
+    members: list[int] = []
+    room = 0
+
+    def close() -> None:
+        if not members:
+            return
+        sel = np.flatnonzero(np.isin(sid[by], members))
+        idx = by[sel]
+        local = np.full(len(keys), -1, dtype=np.int64)
+        local[members] = np.arange(len(members))
+        stripes = tuple((int(keys[m, 0]), int(keys[m, 1]), size[tuple(keys[m])]) for m in members)
+        groups.append(
+            StripeGroup(
+                node.ionode,
+                int(batch[last[members[0]]]),
+                stripes,
+                assembler[members].astype(np.int64),
+                ranges.take(idx),
+                local[sid[idx]],
+                source[idx],
+            )
+        )
+        members.clear()
+
+    for m in order.tolist():
+        n = size[(int(keys[m, 0]), int(keys[m, 1]))]
+        same_batch = members and batch[last[members[0]]] == batch[last[m]]
+        if not same_batch or n > room:
+            close()
+            room = limit
+        members.append(m)
+        room -= n
+    close()
+    return tuple(groups)

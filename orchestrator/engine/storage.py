@@ -465,6 +465,39 @@ class WholeStripeWriter(Writer):
             stored[(name, base)] = self.sums[(name, base)]
         return stored, rest
 
+    def blank_stripe(self, name: str, k: int, complete: bool) -> Any:
+        """A buffer for stripe ``k``'s rows: uninitialised, or the fill value unless ``complete``.
+
+        Examples
+        --------
+        >>> class Mem(WholeStripeWriter):
+        ...     def store(self, name, k, rows): pass
+        >>> w = Mem({"u": stripe_meta(DatasetSpec("u", (5,), "i1", fill_value=7),
+        ...                           StripeLayout(1, 2))})
+        >>> w.blank_stripe("u", 2, complete=False).tolist()  # the last stripe: one row
+        [7]
+        """
+        return self._rows(name, k, (), complete)
+
+    def store_stripe(self, name: str, k: int, rows: Any) -> str:
+        """Store stripe ``k`` of ``name`` whole (its rows, in a :meth:`blank_stripe` buffer).
+
+        Returns its checksum, which :meth:`checksums` reports too.
+
+        Examples
+        --------
+        >>> class Mem(WholeStripeWriter):
+        ...     def store(self, name, k, rows): print("stored", name, k, rows.tolist())
+        >>> w = Mem({"u": stripe_meta(DatasetSpec("u", (4,), "i1"), StripeLayout(1, 2))})
+        >>> rows = w.blank_stripe("u", 1, complete=True)
+        >>> rows[:] = [3, 4]
+        >>> w.store_stripe("u", 1, rows)
+        stored u 1 [3, 4]
+        '6d998525'
+        """
+        self._store(name, k, rows)
+        return self.sums[(name, k * self.meta[name]["stripe_bytes"])]
+
     def add_stored(self, dataset: str, offset: int, checksum: str) -> None:
         """A stripe a source stored whole (:meth:`store_whole`), with its checksum."""
         self.sums[(dataset, offset)] = checksum

@@ -17,10 +17,18 @@ batch, in plan order), checksums every stripe and makes it durable. Only
 writers that put raw bytes at fixed positions of a plain file allow it
 (:meth:`~orchestrator.engine.storage.Writer.file_identity`); a source that sees
 another file (another mount) sends its bytes instead.
+
+**Whole stripes at the sources.** A format written a stripe at a time (a
+Zarr shard) cannot take pieces from several processes. When every source is
+on the I/O worker's host, the loop walks the node's stripes in the order the
+plan completes them (:func:`~orchestrator.engine.program.stripe_groups`) and
+has each assembled and stored by the source holding most of its bytes
+(:func:`store_stripes`), the other sources' ranges moved to it by Dask.
 """
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -37,7 +45,7 @@ from ..contributions import ContributionError, cast_exactly
 from ..errors import StageAborted as Aborted
 from ..files import remove_path
 from .directio import contiguous_runs
-from .program import Batch, NodeProgram
+from .program import Batch, Cut, NodeProgram, StripeGroup, stripe_groups
 from .storage import Backend, WholeStripeWriter, crc32, get_backend
 from .window import Fetch, Window, Write
 
@@ -50,6 +58,7 @@ __all__ = [
     "describe_contributions",
     "expand_rows",
     "run_ionode",
+    "store_stripes",
     "submit_cut",
     "write_cut",
 ]
@@ -382,6 +391,124 @@ def _write_parts(
         writer.release()
 
 
+def _split_cut(got: Any, nbytes: Sequence[int]) -> list[np.ndarray]:
+    """The ranges of a :func:`cut`'s result (one array, a list of views, or one packed buffer)."""
+    if isinstance(got, list):
+        return [np.asarray(g).reshape(-1).view(np.uint8) for g in got]
+    flat = np.asarray(got).reshape(-1).view(np.uint8)
+    ends = np.cumsum(np.asarray(nbytes, dtype=np.int64))
+    return [flat[e - n : e] for e, n in zip(ends.tolist(), list(nbytes), strict=True)]
+
+
+def store_stripes(
+    fmt: str | type[Backend],
+    info: dict[str, Any],
+    ionode: int,
+    identity: tuple[int, int],
+    stripes: Sequence[tuple[int, int, int]],
+    contributions: Sequence[Any],
+    which: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    dataset: np.ndarray,
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    labels: Sequence[str],
+    names: Sequence[str],
+    received: Sequence[tuple[Any, np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[Any, ...]:
+    """On the source holding most of them: assemble whole stripes and store each, in order.
+
+    The direct write of formats written a stripe at a time (a Zarr shard):
+    this worker's own ranges (as in :func:`cut`, of dataset
+    ``names[dataset[i]]``) are copied into each stripe's buffer, the other
+    sources' ranges arrive as ``received`` — ``(cut result, dataset,
+    offset, nbytes)``, moved here by Dask — and each stripe
+    ``(dataset, offset, nbytes)`` is stored and checksummed as soon as it is
+    assembled; rows no range holds keep the fill value. Only the minority of
+    each stripe's bytes crosses between processes, and the I/O workers hold
+    none of them.
+
+    Returns ``("stored", checksums, start, end)`` (per stripe: the span of its
+    store) or, when this process sees another file than the I/O node
+    (``identity``), ``("data", rows)`` for the I/O node to store.
+
+    Examples
+    --------
+    Submitted by :func:`run_ionode` on each stripe group's assembler:
+
+    >>> client.submit(store_stripes, "zarr", info, 0, (2049, 1234), [(0, 0, 4096)], [con],
+    ...               np.array([0]), np.array([0]), np.array([4096]), np.array([0]), [8],
+    ...               ["<f8"], ["u"], ["u"], [], workers=[source])  # doctest: +SKIP
+    """
+    token = info["token"]
+    me = (token, -1 - threading.get_ident())  # counted by busy(): stop() waits for us too
+    with _LOCK:
+        _ACTIVE.add(me)
+    try:
+        _check(token)
+        own = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
+        pieces = [(int(d), int(o), p) for d, o, p in zip(dataset, offset, own, strict=True)]
+        for got, ds, offs, ns in received:
+            parts = _split_cut(got, ns.tolist())
+            pieces += [(int(d), int(o), p) for d, o, p in zip(ds, offs, parts, strict=True)]
+        if cut_hook is not None:
+            cut_hook("store_stripes")
+        _check(token)  # not a byte into a stage that was stopped meanwhile
+        return _store_assembled(fmt, info, ionode, identity, stripes, names, pieces)
+    finally:
+        with _LOCK:
+            _ACTIVE.discard(me)
+            stopped = token in _ABORTED
+        if stopped:  # a Zarr writer makes folders: nothing of the stage may outlive it
+            remove_path(info["path"])
+
+
+def _store_assembled(
+    fmt: str | type[Backend],
+    info: dict[str, Any],
+    ionode: int,
+    identity: tuple[int, int],
+    stripes: Sequence[tuple[int, int, int]],
+    names: Sequence[str],
+    pieces: list[tuple[int, int, np.ndarray]],
+) -> tuple[Any, ...]:
+    """The body of :func:`store_stripes`, once its pieces are here."""
+    writer = get_backend(fmt).writer(info, ionode, False)
+    try:
+        if not isinstance(writer, WholeStripeWriter):
+            raise TypeError(f"{fmt!r} does not store whole stripes")
+        mine = writer.file_identity() == tuple(identity)
+        by_stripe: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}
+        for d, o, p in pieces:
+            sb = writer.meta[names[d]]["stripe_bytes"]
+            by_stripe.setdefault((d, o // sb * sb), []).append((o, p))
+        start, end = np.zeros(len(stripes)), np.zeros(len(stripes))
+        sums: dict[tuple[str, int], str] = {}
+        rows_of: dict[int, Any] = {}
+        for j, (d, base, size) in enumerate(stripes):
+            name = names[d]
+            m = writer.meta[name]
+            got = by_stripe.pop((d, base), [])
+            complete = sum(p.size for _, p in got) == size
+            rows = writer.blank_stripe(name, base // m["stripe_bytes"], complete)
+            flat = rows.reshape(-1).view(np.uint8)
+            for o, p in got:
+                flat[o - base : o - base + p.size] = p
+            del got
+            if not mine:  # the I/O node sees another file: it stores them
+                rows_of[j] = rows
+                continue
+            start[j] = time.time()
+            sums[(name, base)] = writer.store_stripe(name, base // m["stripe_bytes"], rows)
+            end[j] = time.time()
+        if not mine:
+            return ("data", rows_of)
+        return ("stored", sums, start, end)
+    finally:
+        writer.release()
+
+
 def _holds_a_stripe(writer: Any, names: Sequence[str], c: Any) -> bool:
     """Whether cut ``c`` holds every byte of at least one stripe of a whole-stripe writer."""
     held: dict[tuple[int, int], int] = {}
@@ -529,6 +656,18 @@ def run_ionode(
             }
             for b in node.batches
         ]
+        # a whole-stripe format with every source on this host: the sources store the
+        # stripes themselves, each assembled where most of its bytes are (store_stripes);
+        # only the rest of each stripe moves, and nothing passes through this worker
+        groups = None
+        if (
+            isinstance(writer, WholeStripeWriter)
+            and stripes
+            and identity is not None
+            and all(local)
+        ):
+            sb = [writer.meta[n]["stripe_bytes"] for n in names]
+            groups = stripe_groups(node, sb, max(1, window // 4))
 
         def submit(b: Batch, i: int, task: Any, *extra: Any) -> Any:
             c = b.cuts[i]
@@ -629,34 +768,141 @@ def run_ionode(
             gathers[:] = [g for g in gathers if not g.done()]
             trim.written(int(sum(sizes)))
 
-        fetched = [
-            sum(c.nbytes for i, c in enumerate(b.cuts) if i not in direct_cuts[b.index])
-            for b in node.batches
-        ]
-        state = Window(fetched, window)
-        todo = state.start()
-        peak = state.held
-        while not state.done:
-            peak = max(peak, state.held + state.outside)
-            for ins in todo:
-                if isinstance(ins, Fetch):
-                    fetch(node.batches[ins.batch])
-            todo = [i for i in todo if isinstance(i, Write)]
-            if todo:
-                (w,) = todo
-                write(node.batches[w.batch])
-                todo = state.written(w.batch, writer.held_bytes())
-                continue
-            try:
-                kind, b, payload = events.get(timeout=0.2)
-            except queue.Empty:
+        def store_group(g: StripeGroup) -> tuple[list[Any], list[Any]]:
+            """Submit the group's stripes to their assemblers, the rest of their bytes to
+            come from the other sources (Dask moves them, worker to worker)."""
+            futs, stores = [], []
+            prio = -priority[g.batch]
+            for a in np.unique(g.assembler).tolist():
+                theirs = np.isin(g.stripe, np.flatnonzero(g.assembler == a))
+                received = []
+                for o in np.unique(g.source[theirs & (g.source != a)]).tolist():
+                    sel = np.flatnonzero(theirs & (g.source == o))
+                    c = Cut(o, g.ranges.take(sel))
+                    f = submit_cut(
+                        client, cut, c, futures, row_bytes, dtypes, names, sources[o], prio
+                    )
+                    futs.append(f)
+                    r = c.ranges
+                    received.append((f, r.dataset, r.offset, r.nbytes))
+                own = Cut(a, g.ranges.take(np.flatnonzero(theirs & (g.source == a))))
+                dcs, which = own.contributions()
+                stores.append(
+                    client.submit(
+                        store_stripes,
+                        fmt,
+                        info,
+                        s,
+                        identity,
+                        [g.stripes[j] for j in np.flatnonzero(g.assembler == a).tolist()],
+                        [futures[dc] for dc in dcs],
+                        which,
+                        own.ranges.offset,
+                        own.ranges.nbytes,
+                        own.ranges.dataset,
+                        [row_bytes[d] for d, _ in dcs],
+                        [dtypes[d] for d, _ in dcs],
+                        [names[d] for d, _ in dcs],
+                        names,
+                        received,
+                        workers=[sources[a]],
+                        allow_other_workers=False,
+                        priority=prio,
+                        pure=False,
+                    )
+                )
+            return stores, futs
+
+        def stored(g: StripeGroup, stores: list[Any], futs: list[Any]) -> None:
+            """Wait for the group's assemblers; record its checksums and its trace."""
+            gathering = pool.submit(client.gather, stores)
+            gathers.append(gathering)
+            while True:
+                try:
+                    results = gathering.result(timeout=0.2)
+                    break
+                except FuturesTimeout:
+                    _check(token, me)
+            ws = writer
+            assert isinstance(ws, WholeStripeWriter)  # groups are made only for such writers
+            span: dict[int, tuple[float, float, int]] = {}
+            for a, res in zip(np.unique(g.assembler).tolist(), results, strict=True):
+                mine = np.flatnonzero(g.assembler == a).tolist()
+                if res[0] == "data":  # the assembler sees another file: we store its rows
+                    for j, rows in res[1].items():
+                        d, base, _ = g.stripes[mine[j]]
+                        sb = ws.meta[names[d]]["stripe_bytes"]
+                        t0 = time.time()
+                        ws.store_stripe(names[d], base // sb, rows)
+                        span[mine[j]] = (t0, time.time(), -1)
+                    continue
+                for (name, off), checksum in res[1].items():
+                    ws.add_stored(name, off, checksum)
+                for j, t0, t1 in zip(mine, res[2].tolist(), res[3].tolist(), strict=True):
+                    span[j] = (t0, t1, a)
+            for f in stores + futs:
+                f.release()
+            gathers[:] = [x for x in gathers if not x.done()]
+            r = g.ranges
+            for i, j in enumerate(g.stripe.tolist()):
+                t0, t1, by = span[j]
+                t_unit.append(int(r.unit[i]))
+                t_start.append(t0)
+                t_end.append(t1)
+                t_bytes.append(int(r.nbytes[i]))
+                t_by.append(by)
+                t_batch.append(g.batch)
+
+        if groups is not None:
+            # two groups under way: the next one's bytes move while this one is stored
+            peak = 0
+            pending: collections.deque[tuple[Any, ...]] = collections.deque()
+            for g in groups:
                 _check(token, me)
-                continue
-            if kind == "error":
-                raise payload
-            arrived[b] = payload
-            todo = state.fetched(b)
-        peak = max(peak, state.held + state.outside)
+                pending.append((g, *store_group(g)))
+                peak = max(peak, sum(x[0].nbytes for x in pending))
+                if len(pending) == 2:
+                    stored(*pending.popleft())
+            while pending:
+                stored(*pending.popleft())
+            # the trace has a unit's ranges together, units in plan order (a unit's bytes
+            # lie in several stripes, each stored when the plan completes it)
+            seen = np.concatenate([b.ranges.unit for b in node.batches] or [np.zeros(0, int)])
+            units_, at_ = np.unique(seen, return_index=True)
+            rank = dict(zip(units_.tolist(), at_.tolist(), strict=True))  # first appearance
+            keep = sorted(range(len(t_unit)), key=lambda i: rank[t_unit[i]])
+            cols: tuple[list[Any], ...] = (t_unit, t_start, t_end, t_bytes, t_by, t_batch)
+            for col in cols:
+                col[:] = [col[i] for i in keep]
+        else:
+            fetched = [
+                sum(c.nbytes for i, c in enumerate(b.cuts) if i not in direct_cuts[b.index])
+                for b in node.batches
+            ]
+            state = Window(fetched, window)
+            todo = state.start()
+            peak = state.held
+            while not state.done:
+                peak = max(peak, state.held + state.outside)
+                for ins in todo:
+                    if isinstance(ins, Fetch):
+                        fetch(node.batches[ins.batch])
+                todo = [i for i in todo if isinstance(i, Write)]
+                if todo:
+                    (w,) = todo
+                    write(node.batches[w.batch])
+                    todo = state.written(w.batch, writer.held_bytes())
+                    continue
+                try:
+                    kind, b, payload = events.get(timeout=0.2)
+                except queue.Empty:
+                    _check(token, me)
+                    continue
+                if kind == "error":
+                    raise payload
+                arrived[b] = payload
+                todo = state.fetched(b)
+            peak = max(peak, state.held + state.outside)
         for d, off, n, crc in fills:
             writer.add_checksum(names[d], off, n, crc)
         f0 = time.time()
