@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,9 +15,16 @@ __all__ = [
     "fsync_path",
     "fsync_tree",
     "private_file",
+    "private_path",
     "remove_path",
+    "signals_deferred",
     "umask",
 ]
+
+
+#: a test's hook, called as soon as a temporary file exists (it may send this process a
+#: signal there, as a Ctrl-C can land at any instruction)
+created_hook: Callable[[Path], None] | None = None
 
 
 @contextmanager
@@ -36,17 +45,83 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     'a,b\\n'
     """
     path = Path(path)
-    # created here, exclusively, under a name no one can guess: a symlink planted at a
-    # predictable name would make the writer follow it out of the folder
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix)
-    os.close(fd)
-    tmp = Path(name)
+    tmp: Path | None = None
     try:
+        # created here, exclusively, under a name no one can guess: a symlink planted at a
+        # predictable name would make the writer follow it out of the folder
+        with signals_deferred():  # Ctrl-C between creating and naming it would leave it
+            fd, name = tempfile.mkstemp(
+                dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix
+            )
+            if created_hook is not None:
+                created_hook(Path(name))
+            os.close(fd)
+            tmp = Path(name)
         yield tmp
         os.chmod(tmp, 0o666 & ~umask())  # a new file's usual mode, not mkstemp's 0600
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block (main thread); they arrive when it ends.
+
+    For the few steps that create something and record it for cleanup: an
+    interrupt between the two would leave it behind. Elsewhere than the main
+    thread (which alone runs Python's signal handlers) the block runs as is.
+
+    Examples
+    --------
+    >>> with signals_deferred():
+    ...     pass
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # Python's handlers, not the signal mask: a mask is per thread, and the kernel hands a
+    # process's signal to any thread not blocking it (Dask's threads), whose C handler
+    # then has the main thread run the Python one at once
+    held: list[int] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s, previous in old.items():
+        if previous not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
+            signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s, previous in old.items():
+            if previous is not None:
+                signal.signal(s, previous)
+        for signum in held[:1]:
+            signal.raise_signal(signum)
+
+
+@contextmanager
+def private_path(
+    directory: str | os.PathLike[str], prefix: str, suffix: str = ""
+) -> Iterator[Path]:
+    """A :func:`private_file` for the block, removed when it ends, whatever ends it.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with private_path(tempfile.mkdtemp(), ".probe-", ".bin") as p:
+    ...     p.exists()
+    True
+    >>> p.exists()
+    False
+    """
+    path: Path | None = None
+    try:
+        with signals_deferred():  # created and named as one step (see signals_deferred)
+            path = private_file(directory, prefix, suffix)
+        yield path
+    finally:
+        if path is not None:
+            path.unlink(missing_ok=True)
 
 
 def private_file(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> Path:
@@ -63,6 +138,8 @@ def private_file(directory: str | os.PathLike[str], prefix: str, suffix: str = "
     """
     fd, name = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
     os.close(fd)
+    if created_hook is not None:
+        created_hook(Path(name))
     return Path(name)
 
 

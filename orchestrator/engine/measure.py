@@ -21,7 +21,7 @@ from .. import defaults
 from ..contributions import DatasetSpec
 from ..cost import CostModel
 from ..errors import InputError
-from ..files import private_file, remove_path
+from ..files import private_path, remove_path
 from .cluster import IOCluster
 from .directio import PositionedFile
 from .probes import contribution, write_pieces
@@ -100,32 +100,30 @@ def raw_write_bandwidth(
     >>> raw_write_bandwidth(Path(tempfile.mkdtemp()), 1 << 20) > 0
     True
     """
-    path = private_file(directory, ".raw-bandwidth-", ".bin")  # never a planted symlink
     if data is None:
         width = 128
         rows = np.arange(max(1, min(block, nbytes) // (8 * width)), dtype=np.float64)
         data = np.repeat(rows[:, None], width, axis=1)
     buf = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
-    if direct:
-        return _direct_write_bandwidth(path, nbytes, block, buf)
-    t0 = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-    try:
-        done = 0
-        while done < nbytes:
-            at = done % len(buf)
-            done += os.write(fd, buf[at : at + min(block, nbytes - done)])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-        seconds = time.perf_counter() - t0
-        path.unlink(missing_ok=True)
-    return nbytes / seconds
+    # never a planted symlink, and gone when the block ends, even by Ctrl-C
+    with private_path(directory, ".raw-bandwidth-", ".bin") as path:
+        if direct:
+            return _direct_write_bandwidth(path, nbytes, block, buf)
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        try:
+            done = 0
+            while done < nbytes:
+                at = done % len(buf)
+                done += os.write(fd, buf[at : at + min(block, nbytes - done)])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return nbytes / (time.perf_counter() - t0)
 
 
 def _direct_write_bandwidth(path: Path, nbytes: int, block: int, buf: memoryview) -> float:
     t0 = time.perf_counter()
-    path.write_bytes(b"")
     f = PositionedFile(path)
     try:
         done = 0
@@ -137,9 +135,7 @@ def _direct_write_bandwidth(path: Path, nbytes: int, block: int, buf: memoryview
         f.fsync()
     finally:
         f.close()
-        seconds = time.perf_counter() - t0
-        path.unlink(missing_ok=True)
-    return nbytes / seconds
+    return nbytes / (time.perf_counter() - t0)
 
 
 def pieces_write_seconds(

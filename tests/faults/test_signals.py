@@ -69,7 +69,8 @@ def test_a_signal_at_any_point_of_a_run_ends_it_cleanly(tmp_path, signum):
         assert "Traceback" not in stderr and "distributed." not in stderr, (delay, stderr)
         # what the run said before (e.g. that it generates a mesh), then our one line
         assert stderr.strip().splitlines()[-1].startswith("iorch: "), (delay, stderr)
-        assert not [p.name for p in out.glob(".*")] if out.exists() else True
+        left = [p.name for p in out.glob(".*")] if out.exists() else []
+        assert not left, (delay, left)
         for dump in out.glob("*.h5") if out.exists() else []:
             assert orc.verify(dump) == [], dump
         deadline = time.monotonic() + 30
