@@ -477,6 +477,10 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
     sent = rows["ecf, bytes sent to the I/O workers"]
     assert sent["units"] == rows["ecf"]["units"] and sent["realized_over_planned"] > 0
     assert len(rows["ecf"]["all_seconds"]) == 1
+    # every row says what the CPUs did: the stage ran in all three kinds of process
+    cpu = rows["ecf"]["cpu_seconds"]
+    assert set(cpu) == {"stage", "io", "compute"} and all(v > 0 for v in cpu.values())
+    assert 0 < rows["ecf"]["cpu_busy"] <= 1.2 and "CPU busy" in p.stdout
     assert rows["raw sequential write"]["ratio_raw"] == pytest.approx(1.0)
     assert (tmp_path / "g" / "gantt-ecf.png").stat().st_size > 1000
     bad = subprocess.run([iorch, "write-bench", "--size", "lots"], capture_output=True, text=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "BenchRow",
     "adios2_seconds",
     "calibrated_cost",
+    "cpu_seconds",
     "h5py_seconds",
     "ionode_peak_rss",
     "parse_size",
@@ -142,6 +143,13 @@ class BenchRow:
     note: str = ""
     #: policies: the most bytes any I/O worker held at once (bounded by the window)
     peak_held: int = 0
+    #: median CPU seconds of each kind of process over the repetitions: ``"stage"`` (this
+    #: process: the stage, the client, the embedded scheduler), ``"io"`` (the I/O
+    #: workers), ``"compute"`` (the workers holding the contributions)
+    cpu: dict[str, float] = field(default_factory=dict)
+    #: median over the repetitions of all those CPU seconds ÷ (cores × the row's wall time,
+    #: its untimed steps included): near 1, the row is bound by the machine's CPUs
+    cpu_busy: float = float("nan")
 
     @property
     def median(self) -> float:
@@ -186,6 +194,8 @@ class BenchRow:
             else float("nan"),
             "units": self.units,
             "note": self.note,
+            "cpu_seconds": dict(self.cpu),
+            "cpu_busy": self.cpu_busy,
             "peak_held": self.peak_held,
         }
 
@@ -437,6 +447,14 @@ def run(
                 policy_job(policies[0], direct=False),
             )
         )
+    pids = cluster.worker_pids()
+    kinds = {
+        "stage": [os.getpid()],
+        "io": [pids[a] for a in cluster.ionodes if a in pids],
+        "compute": [pids[a] for a in cluster.compute if a in pids],
+    }
+    cpu: dict[str, dict[str, list[float]]] = {name: {k: [] for k in kinds} for name, _, _ in jobs}
+    busy: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     realized: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     plans: dict[str, Any] = {}
@@ -450,7 +468,14 @@ def run(
             # would pay for it (measured: 1.5-1.9 s instead of 0.6 s for 1 GiB)
             raw_write_bandwidth(directory, spec.nbytes, data=values)
             os.sync()
+            before, t0 = cpu_seconds(kinds), time.perf_counter()
             sec, res = job()
+            after, t1 = cpu_seconds(kinds), time.perf_counter()
+            for who in kinds:
+                cpu[name][who].append(after[who] - before[who])
+            busy[name].append(
+                sum(after[w] - before[w] for w in kinds) / ((os.cpu_count() or 1) * (t1 - t0))
+            )
             seconds[name].append(sec)
             if res is not None:
                 realized[name].append(res.trace.makespan)
@@ -476,9 +501,36 @@ def run(
                 realized=tuple(realized[name]),
                 units=plan.n_units if plan is not None else 0,
                 peak_held=peaks.get(name, 0),
+                cpu={k: float(np.median(v)) for k, v in cpu[name].items() if v},
+                cpu_busy=float(np.median(busy[name])) if busy[name] else float("nan"),
             )
         )
     return rows
+
+
+def cpu_seconds(kinds: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds (user + system) each kind of process has used so far, summed over its PIDs.
+
+    A process that is gone (a worker restarted) counts for nothing.
+
+    Examples
+    --------
+    >>> cpu_seconds({"stage": [os.getpid()]})["stage"] > 0
+    True
+    """
+    import psutil  # a dependency of distributed
+
+    out = {}
+    for kind, pids in kinds.items():
+        total = 0.0
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        out[kind] = total
+    return out
 
 
 def ionode_peak_rss(cluster: IOCluster) -> list[int]:

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # tables are wide; in logs and pipes (no terminal to measure) do not squeeze them to 80 columns
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 200)  # logs: write-bench has 13 columns
 err = Console(stderr=True)
 
 # what the user can fix: our errors (bad values, refused targets, failed stages) and the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -393,6 +394,7 @@ def write_bench_cmd(
         "planned s",
         "realized s",
         "realized ÷ planned",
+        "CPU busy",
     ):
         t.add_column(col, justify="right")
     for r, rec in zip(rows, records, strict=True):
@@ -410,6 +412,7 @@ def write_bench_cmd(
             f"{rec['planned_makespan']:.3f}" if planned else "",
             f"{rec['realized_makespan']:.3f}" if planned else "",
             f"{rec['realized_over_planned']:.2f}" if planned else "",
+            f"{r.cpu_busy:.2f}" if r.cpu_busy == r.cpu_busy else "",
         )
     console.print(t)
     console.print(
@@ -420,7 +423,11 @@ def write_bench_cmd(
         "in small pieces, give each I/O node's rate and what a unit costs beyond its bytes); "
         "realized is first write to last fsync. Bounds: what moving the bytes between "
         "processes costs, and what the device does with the stage's pieces when the "
-        "workers write them with no plan. "
+        "workers write them with no plan. CPU busy: CPU seconds of every process of the run "
+        f"(this one with the scheduler, the I/O and the compute workers) ÷ ({os.cpu_count()} "
+        "cores × the row's wall time): near 1, the row is bound by the machine's CPUs "
+        "rather than its disk "
+        "(results.json has each kind's seconds). "
         f"Saved {out / 'results.json'}."
     )
     held = max((r.peak_held for r in rows), default=0)
