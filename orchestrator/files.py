@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "atomic_path",
@@ -66,31 +67,42 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 @contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM for the block (main thread); they arrive when it ends.
+def signals_deferred(insist: bool = False) -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM for the block (main thread); the first arrives when it ends.
 
     For the few steps that create something and record it for cleanup: an
-    interrupt between the two would leave it behind. Elsewhere than the main
-    thread (which alone runs Python's signal handlers) the block runs as is.
+    interrupt between the two would leave it behind. Yields the signals held
+    so far. With ``insist``, a second signal is not held: a user who presses
+    Ctrl-C twice gets the interrupt at once. Elsewhere than the main thread
+    (which alone runs Python's signal handlers) the block runs as is.
 
     Examples
     --------
-    >>> with signals_deferred():
-    ...     pass
+    >>> with signals_deferred() as held:
+    ...     held
+    []
     """
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield []
         return
     # Python's handlers, not the signal mask: a mask is per thread, and the kernel hands a
     # process's signal to any thread not blocking it (Dask's threads), whose C handler
     # then has the main thread run the Python one at once
     held: list[int] = []
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old: dict[int, Any] = {int(s): signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum: int, frame: Any) -> None:
+        if insist and held:  # the second one: let it through now
+            signal.signal(signum, old[signum])
+            signal.raise_signal(signum)
+            return
+        held.append(signum)
+
     for s, previous in old.items():
         if previous not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
-            signal.signal(s, lambda signum, frame: held.append(signum))
+            signal.signal(s, hold)
     try:
-        yield
+        yield held
     finally:
         for s, previous in old.items():
             if previous is not None:

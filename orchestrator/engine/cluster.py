@@ -8,18 +8,15 @@ made for this cluster alone (:mod:`~orchestrator.engine.security`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ClusterError
+from ..files import signals_deferred
 from .security import load_credentials, new_security, publish_credentials, withdraw_credentials
 
 __all__ = [
@@ -286,41 +283,16 @@ def _total_nbytes(*arrays: Any) -> int:
     return sum(int(a.nbytes) for a in arrays)
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[list[int]]:
+def _signals_held() -> Any:
     """Hold SIGINT and SIGTERM for the block; deliver them when it ends.
 
     Interrupted halfway, SpecCluster leaves nannies starting; its exit hook
     then fails on them and prints Dask's tracebacks instead of the user's
     Ctrl-C. Held, the signal waits until the cluster is up and can be closed
     in order (a few seconds). A second one is not held: a user who insists
-    gets the interrupt at once. Only the main thread can do this; elsewhere
-    the block runs as is.
+    gets the interrupt at once.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield []
-        return
-    held: list[int] = []
-    old: dict[int, Any] = {int(s): signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def hold(signum: int, frame: Any) -> None:
-        if held:  # the second one: let it through now
-            signal.signal(signum, old[signum])
-            signal.raise_signal(signum)
-            return
-        held.append(signum)
-
-    for s, previous in old.items():
-        if previous not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
-            signal.signal(s, hold)
-    try:
-        yield held
-    finally:
-        for s, previous in old.items():
-            if previous is not None:
-                signal.signal(s, previous)
-        for s in held[:1]:
-            signal.raise_signal(s)
+    return signals_deferred(insist=True)
 
 
 def _drop_cancelled_at_close(record: logging.LogRecord) -> bool:

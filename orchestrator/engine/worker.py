@@ -29,10 +29,11 @@ has each assembled and stored by the source holding most of its bytes
 from __future__ import annotations
 
 import collections
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures import wait as wait_futures
@@ -331,16 +332,26 @@ def write_cut(
     ...               workers=[source])  # doctest: +SKIP
     """
     token = info["token"]
-    me = (token, -1 - threading.get_ident())  # counted by busy(): stop() waits for us too
-    with _LOCK:
-        _ACTIVE.add(me)
-    try:
+    with _direct_writer(info):
         _check(token)
         parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
         if cut_hook is not None:
             cut_hook("write_cut")
         _check(token)  # not a byte into a stage that was stopped meanwhile
         return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset)
+
+
+@contextlib.contextmanager
+def _direct_writer(info: dict[str, Any]) -> Iterator[None]:
+    """A source writing into the stage's output for the block: counted by :func:`busy`
+    (``stop()`` waits for it too), and if the stage was stopped meanwhile, whatever it
+    may have recreated of the output is removed when it ends."""
+    token = info["token"]
+    me = (token, -1 - threading.get_ident())
+    with _LOCK:
+        _ACTIVE.add(me)
+    try:
+        yield
     finally:
         with _LOCK:
             _ACTIVE.discard(me)
@@ -442,10 +453,7 @@ def store_stripes(
     ...               ["<f8"], ["u"], ["u"], [], workers=[source])  # doctest: +SKIP
     """
     token = info["token"]
-    me = (token, -1 - threading.get_ident())  # counted by busy(): stop() waits for us too
-    with _LOCK:
-        _ACTIVE.add(me)
-    try:
+    with _direct_writer(info):
         _check(token)
         own = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
         pieces = [(int(d), int(o), p) for d, o, p in zip(dataset, offset, own, strict=True)]
@@ -456,12 +464,6 @@ def store_stripes(
             cut_hook("store_stripes")
         _check(token)  # not a byte into a stage that was stopped meanwhile
         return _store_assembled(fmt, info, ionode, identity, stripes, names, pieces)
-    finally:
-        with _LOCK:
-            _ACTIVE.discard(me)
-            stopped = token in _ABORTED
-        if stopped:  # a Zarr writer makes folders: nothing of the stage may outlive it
-            remove_path(info["path"])
 
 
 def _store_assembled(
