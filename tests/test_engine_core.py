@@ -456,6 +456,53 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
         assert h["u"][:].tolist() == list(range(10, 16))
 
 
+def test_stripes_assembled_for_another_file_come_back_for_the_io_node(tmp_path):
+    """store_stripes assembles a shard from its own ranges and those received from another
+    source, the rows no range holds keeping the fill value. Seeing another file than its
+    I/O node it stores nothing and returns the rows; on the same file it stores the shard
+    and returns its checksum, which is the CRC-32 of the rows as verify reads them."""
+    import zarr
+
+    from orchestrator.contributions import Contribution
+    from orchestrator.engine.storage import get_backend
+    from orchestrator.engine.worker import store_stripes
+
+    spec = DatasetSpec("u", (8, 2), "int32", fill_value=-7)
+    backend = get_backend("zarr")
+    info = backend.create(tmp_path / "o.zarr", [spec], [StripeLayout(1, 4 * 8)])  # 4 rows
+    info["token"] = "o.zarr"
+    mine = Contribution(0, np.array([0, 1, 4]), np.array([[0, 0], [1, 1], [4, 4]], np.int32))
+    # rows 2 and 5 arrive from the other source, as its cut returned them; rows 3, 6, 7: none
+    theirs = np.array([[2, 2], [5, 5]], dtype=np.int32).reshape(-1).view(np.uint8)
+    received = [(theirs, np.array([0, 0]), np.array([16, 40]), np.array([8, 8]))]
+    args = (
+        [(0, 0, 32), (0, 32, 32)],
+        [mine],
+        np.array([0, 0]),
+        np.array([0, 32]),
+        np.array([16, 8]),
+        np.array([0, 0]),
+        [8],
+        ["<i4"],
+        ["u"],
+        ["u"],
+        received,
+    )
+    want = np.array([[0, 0], [1, 1], [2, 2], [-7, -7], [4, 4], [5, 5], [-7, -7], [-7, -7]])
+    kind, rows = store_stripes("zarr", info, 0, (0, 0), *args)
+    assert kind == "data" and sorted(rows) == [0, 1]
+    assert np.array_equal(np.concatenate([rows[0], rows[1]]), want)
+    shards = [p for p in (tmp_path / "o.zarr" / "u").rglob("*") if p.name != "zarr.json"]
+    assert not [p for p in shards if p.is_file()]  # nothing stored
+    st_ = os.stat(tmp_path / "o.zarr")
+    kind, sums, start, end = store_stripes("zarr", info, 0, (st_.st_dev, st_.st_ino), *args)
+    assert kind == "stored" and np.all(end >= start)
+    for k in (0, 1):
+        got = want[4 * k : 4 * k + 4].astype(np.int32).tobytes()
+        assert sums[("u", 32 * k)] == f"{zlib.crc32(got):08x}"
+    assert np.array_equal(zarr.open_array(tmp_path / "o.zarr", path="u", mode="r")[:], want)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     n_rows=st.integers(1, 40),
