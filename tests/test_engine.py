@@ -111,9 +111,10 @@ def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, windo
 
     Sent: the I/O worker writes every unit itself, strictly in plan order. Direct: the
     workers holding the data write it when the I/O node's batch comes up, so units of
-    one batch may run side by side; still no unit ends before a unit planned earlier
-    on its I/O node has started, and every unit is written by its I/O worker or by
-    the worker holding it."""
+    one batch may run side by side, and a source may start the next batch while
+    another finishes this one; still each source writes the node's batches in order,
+    no batch begins before the one two back has ended, and every unit is written by
+    its I/O worker or by the worker holding it."""
     datasets, truth = _case(seed=1)
     res = write_stage(
         tmp_path / "o.h5",
@@ -140,11 +141,19 @@ def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, windo
         order = np.array([at[u] for u in planned.tolist()])
         first, last = tr.batch_first[order], tr.batch_last[order]
         assert np.all(np.diff(first) >= 0) and np.all(last >= first)  # batches follow the plan
-        for k in range(int(last.max()) + 1):  # batch k is written before batch k + 1 begins
+        who = np.array(tr.worker, dtype=object)
+        for k in range(int(last.max()) + 1):
             done = order[last <= k]
-            later = order[first > k]
-            if done.size and later.size:
+            if not done.size:
+                continue
+            # one batch ahead at most: batch k is written before batch k + 2 begins
+            later = order[first > k + 1]
+            if later.size:
                 assert tr.end[done].max() <= tr.start[later].min()
+            for w in set(who[done]):  # and each source writes the batches in order
+                after = order[(first > k) & (who[order] == w)]
+                if after.size:
+                    assert tr.end[done[who[done] == w]].max() <= tr.start[after].min()
         assert writers <= compute | {cluster.ionodes[s]} and writers & compute
     assert tr.flush_end.size == cluster.n_ionodes
     assert tr.makespan >= float(tr.end.max() - tr.start.min())

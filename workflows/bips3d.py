@@ -445,17 +445,20 @@ def run_methods(
     wait(parts)
     try:
         warm = out / f".bips3d-warmup.{suffix}"
-        dump(
-            case,
-            cluster,
-            warm,
-            load=load,
-            method=methods[0],
-            contributions=parts,
-            overwrite=True,
-            **options,
-        )
-        remove_path(warm)
+        try:
+            dump(
+                case,
+                cluster,
+                warm,
+                load=load,
+                method=methods[0],
+                contributions=parts,
+                overwrite=True,
+                **options,
+            )
+        finally:
+            # never a result, also when a signal lands between its commit and here
+            remove_path(warm)
         runs: dict[str, list[DumpResult]] = {m: [] for m in methods}
         for _ in range(repeat):
             for m in methods:

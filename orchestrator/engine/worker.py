@@ -13,7 +13,8 @@ bytes: when the batch comes up, it writes its cut into the I/O node's file
 itself (:func:`write_cut`, positioned writes) and returns the CRC-32 of each
 range. On one machine this removes the copy between processes, which is
 what bounds a stage there; the I/O node still decides the order (batch by
-batch, in plan order), checksums every stripe and makes it durable. Only
+batch, in plan order, the next batch handed over while this one ends),
+checksums every stripe and makes it durable. Only
 writers that put raw bytes at fixed positions of a plain file allow it
 (:meth:`~orchestrator.engine.storage.Writer.file_identity`); a source that sees
 another file (another mount) sends its bytes instead.
@@ -74,6 +75,13 @@ _LOCK = threading.Lock()
 cut_hook: Callable[[str], None] | None = None
 #: ranges whose mean size is below this are packed into one buffer by :func:`cut`
 PACK_BELOW = 256 << 10
+#: batches whose direct writes are handed to their sources before the batch in hand is
+#: done. With none, a source that finished its cut of a batch waits while another source
+#: finishes its own and the I/O node learns of it and submits the next batch — measured
+#: on 2 cores, 2 sources writing 1 GiB for 4 I/O nodes: ~40 waits of 15 ms per source,
+#: a third of the writing. A source still writes an I/O node's batches in order (their
+#: cut tasks are ranked by planned start); two sources may be one batch apart
+DIRECT_AHEAD = 1
 
 
 def abort(token: str) -> int:
@@ -396,7 +404,8 @@ def _write_parts(
             start[run], end[run] = t0, time.time()
             for i in run.tolist():
                 crc[i] = crc32(views[i])
-        writer.end_batch()
+        # no end_batch: the I/O node ends the batch (and starts its writeback) once all
+        # its sources are done; here it would only repeat that, once per source
         return ("written", crc, start, end)
     finally:
         writer.release()
@@ -613,9 +622,11 @@ def run_ionode(
     client = get_client()
     with _LOCK:
         _ACTIVE.add((token, s))
-    pool = ThreadPoolExecutor(3, thread_name_prefix=f"iorch-fetch-{s}")
+    pool = ThreadPoolExecutor(4, thread_name_prefix=f"iorch-fetch-{s}")
     events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
     held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
+    # batch -> its direct cuts, their write_cut futures and the gather of their results
+    handed: dict[int, tuple[list[int], list[Any], Any]] = {}
     gathers: list[Any] = []  # the background gathers of cut futures
     arrived: dict[int, dict[int, Any]] = {}  # batch -> cut index -> its bytes
     futures: dict[tuple[int, int], Any] = {dc: Future(k, client=client) for dc, k in keys.items()}
@@ -704,16 +715,27 @@ def run_ionode(
             gathers.append(pool.submit(client.gather, cuts))
             gathers[-1].add_done_callback(done)
 
-        def write_direct(b: Batch) -> dict[int, Any]:
-            """The batch's cuts on sources of this host: they write, we wait (order holds
-            between batches; a batch's sources write side by side)."""
+        def hand(b: Batch) -> None:
+            """Ask the sources of this host to write their cuts of batch ``b``."""
             mine = sorted(direct_cuts[b.index])
-            if not mine:
-                return {}
+            if b.index in handed or not mine:
+                return
             futs = [submit(b, i, write_cut, fmt, info, s, identity) for i in mine]
-            held[b.index].extend(futs)
             gathering = pool.submit(client.gather, futs)
             gathers.append(gathering)
+            handed[b.index] = (mine, futs, gathering)
+
+        def write_direct(b: Batch) -> dict[int, Any]:
+            """The batch's cuts on sources of this host: they write, we wait. The next
+            batches' cuts are handed over first, so no source waits for the others to end
+            this one (each source writes the batches in order; a batch's sources write
+            side by side)."""
+            for nxt in node.batches[b.index : b.index + 1 + DIRECT_AHEAD]:
+                hand(nxt)
+            if b.index not in handed:
+                return {}
+            mine, futs, gathering = handed.pop(b.index)
+            held[b.index].extend(futs)
             while True:
                 try:
                     return dict(zip(mine, gathering.result(timeout=0.2), strict=True))
@@ -937,6 +959,9 @@ def run_ionode(
             # first (bounded: a stage that is stopped must not wait on a dying source)
             wait_futures([g for g in gathers if g.running()], timeout=2.0)
             for fs in held.values():
+                for f in fs:
+                    f.release()
+            for _, fs, _ in handed.values():
                 for f in fs:
                     f.release()
             for f in futures.values():
