@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 # the signals this process received, first first: whatever error a command ends
@@ -27,15 +28,47 @@ from typing import Any
 _received: list[int] = []
 
 
+# how long a signal that landed inside the compiler waits before it is delivered again
+_COMPILER_RETRY = 0.05
+
+
+def _inside_compiler(frame: Any) -> bool:
+    """Whether ``frame`` or a caller of it is Numba's or llvmlite's code."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(("numba", "llvmlite")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deferred(signum: int, frame: Any) -> bool:
+    # An exception raised while Numba compiles a kernel (the first run on a
+    # fresh cache) does not unwind the command: inside llvmlite's ctypes
+    # callbacks Python prints it as "Exception ignored ... Traceback" and goes
+    # on; elsewhere Numba is left halfway ("no compiled object yet"). Deliver
+    # the signal again once the compiler has returned (a kernel compiles in
+    # under a few seconds), so the command unwinds from its own code
+    if not _inside_compiler(frame):
+        return False
+    later = threading.Timer(_COMPILER_RETRY, os.kill, (os.getpid(), signum))
+    later.daemon = True
+    later.start()
+    return True
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    if _deferred(signum, frame):
+        return
     _received.append(signum)
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
 
 
-def _terminate(signum: int, frame: object) -> None:
+def _terminate(signum: int, frame: Any) -> None:
     # scancel and batch systems stop jobs with SIGTERM: unwind like Ctrl-C, so
     # a stage being written removes its temporary output instead of leaving it;
     # a second SIGTERM (scancel twice, then the time limit) must not cut that short
+    if _deferred(signum, frame):
+        return
     _received.append(signum)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)

@@ -110,3 +110,54 @@ def test_a_library_error_raised_by_the_interrupt_itself_still_ends_as_an_interru
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "Traceback" not in run.stderr, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("iorch: "), run.stderr
+
+
+_SIGNAL_INSIDE_THE_COMPILER = """
+import os, signal, sys, time
+import numba
+from numba.extending import overload
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+def probe():
+    pass
+
+@overload(probe)
+def _typing():
+    # runs inside Numba's compiler, as a Ctrl-C on a fresh cache lands there
+    os.kill(os.getpid(), signal.{name})
+    time.sleep(0.2)  # the handler has run by now, inside the compiler's frames
+    print("compiler still running", file=sys.stderr)
+    return lambda: None
+
+@numba.njit
+def kernel():
+    probe()
+    return 1
+
+def app():
+    kernel()
+    print("compiled", file=sys.stderr)
+    signal.pause()  # the deferred signal arrives here, in the command's own code
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_inside_the_compiler_is_delivered_once_the_kernel_is_compiled(signum):
+    run = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_INSIDE_THE_COMPILER.format(name=signum.name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
+    assert "Traceback" not in run.stderr and "ignored" not in run.stderr, run.stderr
+    lines = run.stderr.strip().splitlines()
+    # the compilation finished, then the command unwound
+    assert lines[:2] == ["compiler still running", "compiled"], run.stderr
+    assert lines[-1].startswith("iorch: "), run.stderr
