@@ -14,7 +14,8 @@ group, committed with the store directory by one rename.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,82 @@ def _rows_per_shard(spec: DatasetSpec, requested: int) -> int:
     return max(1, requested // max(spec.row_bytes, 1))
 
 
+_LITTLE = {"name": "bytes", "configuration": {"endian": "little"}}
+
+
+def shard_encoder(metadata: dict[str, Any]) -> Callable[[Any], bytes] | None:
+    """Our own encoder of one whole shard of the array ``metadata`` describes, if it can.
+
+    The layout :class:`ZarrBackend` creates — one inner chunk per shard, its
+    bytes little-endian then zstd (or nothing), the index at the end,
+    little-endian with its CRC-32C — is encoded here directly: the chunk's
+    bytes compressed by the same ``numcodecs`` codec zarr-python uses, then
+    the index ``(offset 0, length)`` and its checksum. zarr-python spends
+    as long again as the compression around each shard (its event loop,
+    a ``mkdir`` and an atomic rename per write, a read of the shard it
+    replaces) — measured in a 1 GiB stage, ~40 % of the compute workers'
+    time. Any other layout (other codecs, several inner chunks, big-endian)
+    returns None: zarr-python writes it. The bytes are the same as
+    zarr-python's (tests compare them shard by shard).
+
+    Examples
+    --------
+    >>> import zarr, tempfile
+    >>> a = zarr.create_array(tempfile.mkdtemp(), shape=(4, 2), dtype="<i4", chunks=(2, 2),
+    ...                       shards=(2, 2), compressors=None)
+    >>> enc = shard_encoder(a.metadata.to_dict())
+    >>> shard = enc(np.ones((2, 2), "<i4"))
+    >>> shard[:16] == np.ones(4, "<i4").tobytes()  # no compressor: the chunk's bytes
+    True
+    >>> np.frombuffer(shard[16:32], "<u8").tolist()  # the index: offset, length
+    [0, 16]
+    """
+    try:
+        (codec,) = metadata["codecs"]
+        conf = codec["configuration"]
+        chunks = list(metadata["chunk_grid"]["configuration"]["chunk_shape"])
+        key = metadata["chunk_key_encoding"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if (
+        codec.get("name") != "sharding_indexed"
+        or list(conf.get("chunk_shape", ())) != chunks
+        or conf.get("index_location", "end") != "end"
+        or list(conf.get("index_codecs", ())) != [_LITTLE, {"name": "crc32c"}]
+        or metadata.get("storage_transformers")
+        or key != {"name": "default", "configuration": {"separator": "/"}}
+        or sys.byteorder != "little"
+    ):
+        return None
+    inner = list(conf.get("codecs", ()))
+    # one-byte types have no byte order: their bytes codec has no configuration
+    if not inner or inner[0] not in (_LITTLE, {"name": "bytes"}):
+        return None
+    compress: Callable[[Any], Any] | None = None
+    if len(inner) == 2 and inner[1].get("name") == "zstd":
+        from numcodecs import Zstd
+
+        zc = inner[1].get("configuration", {})
+        compress = Zstd(
+            level=int(zc.get("level", 0)), checksum=bool(zc.get("checksum", False))
+        ).encode
+    elif len(inner) != 1:
+        return None
+
+    import google_crc32c
+
+    def encode(chunk: Any) -> bytes:
+        raw = np.ascontiguousarray(chunk)
+        if raw.dtype.byteorder == ">":
+            raw = raw.astype(raw.dtype.newbyteorder("<"))
+        body = raw.reshape(-1).view(np.uint8)
+        data = bytes(compress(body)) if compress is not None else body.tobytes()
+        index = np.array([0, len(data)], dtype="<u8").tobytes()
+        return data + index + google_crc32c.value(index).to_bytes(4, "little")
+
+    return encode
+
+
 class ZarrWriter(WholeStripeWriter):
     """Gathers pieces per shard and writes each shard whole, once.
 
@@ -51,6 +128,7 @@ class ZarrWriter(WholeStripeWriter):
         super().__init__(info["datasets"])
         self.path = info["path"]
         self.arrays: dict[str, Any] = {}
+        self.encoders: dict[str, Callable[[Any], bytes] | None] = {}
 
     def store(self, name: str, k: int, rows: Any) -> None:
         import zarr
@@ -62,8 +140,32 @@ class ZarrWriter(WholeStripeWriter):
             self.arrays[name] = zarr.open_array(self.path, path=name, mode="r+").with_config(
                 {"write_empty_chunks": True}
             )
-        r0 = k * self.meta[name]["rows_per_stripe"]
-        self.arrays[name][r0 : r0 + rows.shape[0]] = rows
+            self.encoders[name] = shard_encoder(self.arrays[name].metadata.to_dict())
+        m = self.meta[name]
+        r0 = k * m["rows_per_stripe"]
+        encode = self.encoders[name]
+        if encode is None:
+            self.arrays[name][r0 : r0 + rows.shape[0]] = rows
+            return
+        if rows.shape[0] < m["rows_per_stripe"]:  # the last shard: stored full size, padded
+            full = np.full((m["rows_per_stripe"], *rows.shape[1:]), m["fill_value"], rows.dtype)
+            full[: rows.shape[0]] = rows
+            rows = full
+        # the shard's key: c/<k>/0/... (rows are split along the first axis only)
+        folder = os.path.join(self.path, name, "c", *([str(k)] + ["0"] * (rows.ndim - 1))[:-1])
+        os.makedirs(folder, exist_ok=True)
+        data = encode(rows)
+        fd = os.open(
+            os.path.join(folder, str(k) if rows.ndim == 1 else "0"),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+            0o644,
+        )
+        try:
+            view, done = memoryview(data), 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+        finally:
+            os.close(fd)
 
     def file_identity(self) -> tuple[int, int] | None:
         st = os.stat(self.path)

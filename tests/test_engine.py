@@ -607,13 +607,43 @@ def test_two_stages_on_one_target_exactly_one_commits(cluster, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["race.h5"], "a temporary output was left"
 
 
-@pytest.mark.parametrize("direct", [True, False])
-def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_path, direct):
+def _record_cut_kinds():
+    from orchestrator.engine import worker
+
+    seen = []
+    worker.cut_hook = seen.append
+
+
+def _cut_kinds():
+    from orchestrator.engine import worker
+
+    hook, worker.cut_hook = worker.cut_hook, None
+    return sorted(set(hook.__self__)) if hook is not None else []
+
+
+def _setenv(name, value):
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _staging_dirs(pids):
+    from orchestrator.engine.staging import ROOT
+
+    mine = [f"iorch-stage-{os.getuid()}-{p}-" for p in pids]
+    return [e for e in os.listdir(ROOT) if any(e.startswith(m) for m in mine)]
+
+
+@pytest.mark.parametrize(
+    "direct,staging", [(True, "1"), (True, "0"), (False, "1")], ids=["staged", "dask", "sent"]
+)
+def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_path, direct, staging):
     """Direct writes into Zarr: each shard is assembled and stored by the worker holding
-    most of its rows, the others' rows moved to it (runs of rows alternate between
-    clients on both compute workers, some rows replicated, some missing and filled); sent,
-    the I/O workers gather every shard. Either way the store reads back exactly and
-    verifies."""
+    most of its rows, the others' rows handed to it through shared memory (staged) or
+    moved by Dask (runs of rows alternate between clients on both compute workers, some
+    rows replicated, some missing and filled); sent, the I/O workers gather every shard.
+    Either way the store reads back exactly and verifies, and no staging folder is left."""
     n, width, rows_per_shard = 4096, 8, 256
     spec = DatasetSpec("u", (n, width), "float64", fill_value=-1.0)
     truth = np.random.default_rng(5).random((n, width))
@@ -627,19 +657,30 @@ def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_pat
         rows = rows[~missing[rows]]
         parts.append(Contribution(c, rows, truth[rows]))
     target = tmp_path / "d.zarr"
-    res = write_stage(
-        target,
-        {"u": (spec, parts)},
-        format="zarr",
-        cluster=cluster,
-        stripe_bytes=rows_per_shard * width * 8,
-        policy="ecf",
-        direct=direct,
-        allow_missing=True,
-        window=8 * rows_per_shard * width * 8,
-    )
+    client = cluster.client
+    client.run(_setenv, "IORCH_STAGING", staging)
+    client.run(_record_cut_kinds)
+    try:
+        res = write_stage(
+            target,
+            {"u": (spec, parts)},
+            format="zarr",
+            cluster=cluster,
+            stripe_bytes=rows_per_shard * width * 8,
+            policy="ecf",
+            direct=direct,
+            allow_missing=True,
+            window=8 * rows_per_shard * width * 8,
+        )
+    finally:
+        kinds = client.run(_cut_kinds)
+        client.run(_setenv, "IORCH_STAGING", None)
     assert np.array_equal(_read("zarr", target)["u"], truth)
     assert verify(target) == []
+    used = set().union(*map(set, kinds.values()))
+    if direct:  # the other sources' rows went through shared memory only when staging is on
+        assert "store_stripes" in used and ("stage_cut" in used) == (staging == "1")
+    assert not _staging_dirs(cluster.worker_pids().values())
     writers = set(res.trace.worker)
     if direct:  # every shard stored by a compute worker; two groups of them under way at most
         assert writers <= set(cluster.compute) and len(writers) == 2

@@ -24,7 +24,9 @@ Zarr shard) cannot take pieces from several processes. When every source is
 on the I/O worker's host, the loop walks the node's stripes in the order the
 plan completes them (:func:`~orchestrator.engine.program.stripe_groups`) and
 has each assembled and stored by the source holding most of its bytes
-(:func:`store_stripes`), the other sources' ranges moved to it by Dask.
+(:func:`store_stripes`), the other sources' ranges handed to it through the
+host's shared memory (:func:`stage_cut`, :mod:`.staging`), or moved to it by
+Dask where that is off.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ..errors import StageAborted as Aborted
 from ..files import remove_path
 from .directio import contiguous_runs
 from .program import Batch, Cut, NodeProgram, StripeGroup, stripe_groups
+from .staging import open_staging, read_staged, remove_staging, stage_pieces
 from .storage import Backend, WholeStripeWriter, crc32, get_backend
 from .window import Fetch, Window, Write
 
@@ -60,6 +63,7 @@ __all__ = [
     "describe_contributions",
     "expand_rows",
     "run_ionode",
+    "stage_cut",
     "store_stripes",
     "submit_cut",
     "write_cut",
@@ -292,7 +296,7 @@ def submit_cut(
         c.ranges.nbytes,
         [row_bytes[d] for d, _ in dcs],
         [dtypes[d] for d, _ in dcs],
-        *((names, c.ranges.dataset) if task is write_cut else ()),
+        *((names, c.ranges.dataset) if task in (write_cut, stage_cut) else ()),
         labels=[names[d] for d, _ in dcs],
         workers=[worker],
         allow_other_workers=False,
@@ -350,10 +354,11 @@ def write_cut(
 
 
 @contextlib.contextmanager
-def _direct_writer(info: dict[str, Any]) -> Iterator[None]:
+def _direct_writer(info: dict[str, Any], staging: str | None = None) -> Iterator[None]:
     """A source writing into the stage's output for the block: counted by :func:`busy`
     (``stop()`` waits for it too), and if the stage was stopped meanwhile, whatever it
-    may have recreated of the output is removed when it ends."""
+    may have recreated of the output (and of the ``staging`` directory) is removed when
+    it ends."""
     token = info["token"]
     me = (token, -1 - threading.get_ident())
     with _LOCK:
@@ -366,6 +371,8 @@ def _direct_writer(info: dict[str, Any]) -> Iterator[None]:
             stopped = token in _ABORTED
         if stopped:  # a Zarr writer makes folders: nothing of the stage may outlive it
             remove_path(info["path"])
+            if staging is not None:
+                remove_staging(staging)
 
 
 def _write_parts(
@@ -411,6 +418,56 @@ def _write_parts(
         writer.release()
 
 
+def stage_cut(
+    info: dict[str, Any],
+    staging: str,
+    identity: tuple[int, int],
+    stripe_bytes: Sequence[int],
+    contributions: Sequence[Any],
+    which: np.ndarray,
+    offset: np.ndarray,
+    nbytes: np.ndarray,
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    names: Sequence[str],
+    dataset: Sequence[int],
+    labels: Sequence[str] = (),
+) -> Any:
+    """On a source: hand its ranges of other sources' stripes over through shared memory.
+
+    Ranges as in :func:`cut`, of dataset ``names[dataset[i]]`` whose stripes
+    are ``stripe_bytes[dataset[i]]`` long; each is written at its place in
+    its stripe's file in the ``staging`` directory (:mod:`.staging`), which
+    the stripe's assembler (:func:`store_stripes`) reads. Returns
+    ``("staged", staging)``, or — when this process does not see that
+    directory (``identity``: another host) — the bytes, as :func:`cut`
+    returns them, for Dask to move.
+
+    Examples
+    --------
+    Submitted by :func:`run_ionode` on a source of the stripes' I/O node's host:
+
+    >>> client.submit(stage_cut, info, "/dev/shm/iorch-stage-...", (23, 5), [8 << 20], [con],
+    ...               np.array([0]), np.array([0]), np.array([4096]), [8], ["<f8"], ["u"],
+    ...               [0], workers=[source])  # doctest: +SKIP
+    """
+    with _direct_writer(info, staging):
+        _check(info["token"])
+        parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
+        if cut_hook is not None:
+            cut_hook("stage_cut")
+        _check(info["token"])
+        pieces = [
+            (int(d), int(o) // stripe_bytes[d] * stripe_bytes[d], int(o), memoryview(p.data))
+            for d, o, p in zip(dataset, offset, parts, strict=True)
+        ]
+        if stage_pieces(staging, identity, pieces):
+            return ("staged", staging)
+        if len(parts) == 1:
+            return parts[0]
+        return parts
+
+
 def _split_cut(got: Any, nbytes: Sequence[int]) -> list[np.ndarray]:
     """The ranges of a :func:`cut`'s result (one array, a list of views, or one packed buffer)."""
     if isinstance(got, list):
@@ -443,7 +500,8 @@ def store_stripes(
     this worker's own ranges (as in :func:`cut`, of dataset
     ``names[dataset[i]]``) are copied into each stripe's buffer, the other
     sources' ranges arrive as ``received`` — ``(cut result, dataset,
-    offset, nbytes)``, moved here by Dask — and each stripe
+    offset, nbytes)``, moved here by Dask, or staged in shared memory by
+    :func:`stage_cut` (the result is then ``("staged", directory)``) — and each stripe
     ``(dataset, offset, nbytes)`` is stored and checksummed as soon as it is
     assembled; rows no range holds keep the fill value. Only the minority of
     each stripe's bytes crosses between processes, and the I/O workers hold
@@ -465,8 +523,18 @@ def store_stripes(
     with _direct_writer(info):
         _check(token)
         own = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
-        pieces = [(int(d), int(o), p) for d, o, p in zip(dataset, offset, own, strict=True)]
+        pieces: list[tuple[int, int, Any]] = [
+            (int(d), int(o), p) for d, o, p in zip(dataset, offset, own, strict=True)
+        ]
         for got, ds, offs, ns in received:
+            if isinstance(got, tuple) and got[:1] == ("staged",):
+                # in shared memory: read straight into the stripe's buffer there
+                where = str(got[1])
+                pieces += [
+                    (int(d), int(o), (where, int(n)))
+                    for d, o, n in zip(ds.tolist(), offs.tolist(), ns.tolist(), strict=True)
+                ]
+                continue
             parts = _split_cut(got, ns.tolist())
             pieces += [(int(d), int(o), p) for d, o, p in zip(ds, offs, parts, strict=True)]
         if cut_hook is not None:
@@ -482,18 +550,23 @@ def _store_assembled(
     identity: tuple[int, int],
     stripes: Sequence[tuple[int, int, int]],
     names: Sequence[str],
-    pieces: list[tuple[int, int, np.ndarray]],
+    pieces: list[tuple[int, int, Any]],
 ) -> tuple[Any, ...]:
-    """The body of :func:`store_stripes`, once its pieces are here."""
+    """The body of :func:`store_stripes`, once its pieces are here (an array, or
+    ``(staging directory, nbytes)`` for a staged one)."""
     writer = get_backend(fmt).writer(info, ionode, False)
     try:
         if not isinstance(writer, WholeStripeWriter):
             raise TypeError(f"{fmt!r} does not store whole stripes")
         mine = writer.file_identity() == tuple(identity)
-        by_stripe: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}
+        by_stripe: dict[tuple[int, int], list[tuple[int, Any]]] = {}
         for d, o, p in pieces:
             sb = writer.meta[names[d]]["stripe_bytes"]
             by_stripe.setdefault((d, o // sb * sb), []).append((o, p))
+
+        def size_of(p: Any) -> int:
+            return int(p[1]) if isinstance(p, tuple) else int(p.size)
+
         start, end = np.zeros(len(stripes)), np.zeros(len(stripes))
         sums: dict[tuple[str, int], str] = {}
         rows_of: dict[int, Any] = {}
@@ -501,11 +574,18 @@ def _store_assembled(
             name = names[d]
             m = writer.meta[name]
             got = by_stripe.pop((d, base), [])
-            complete = sum(p.size for _, p in got) == size
+            complete = sum(size_of(p) for _, p in got) == size
             rows = writer.blank_stripe(name, base // m["stripe_bytes"], complete)
             flat = rows.reshape(-1).view(np.uint8)
+            staged: dict[str, list[tuple[int, memoryview]]] = {}
             for o, p in got:
-                flat[o - base : o - base + p.size] = p
+                if isinstance(p, tuple):
+                    into = memoryview(flat[o - base : o - base + p[1]].data)
+                    staged.setdefault(p[0], []).append((o, into))
+                else:
+                    flat[o - base : o - base + p.size] = p
+            for where, ranges in staged.items():
+                read_staged(where, d, base, ranges)
             del got
             if not mine:  # the I/O node sees another file: it stores them
                 rows_of[j] = rows
@@ -647,6 +727,7 @@ def run_ionode(
             out / f".iorch-spill-{s}" if out.is_dir() else out.with_name(f"{out.name}.spill-{s}")
         )
     me = get_worker()
+    staging: tuple[str, tuple[int, int]] | None = None
     trim = _Trim(window)
     t_unit, t_start, t_end, t_bytes, t_by, t_batch = [], [], [], [], [], []
     ok = False
@@ -681,6 +762,9 @@ def run_ionode(
         ):
             sb = [writer.meta[n]["stripe_bytes"] for n in names]
             groups = stripe_groups(node, sb, max(1, window // 4))
+            # the other sources' ranges of a stripe go through this host's shared memory
+            # rather than Dask's comms (serialized, encrypted, copied on both ends)
+            staging = open_staging(token, s)
 
         def submit(b: Batch, i: int, task: Any, *extra: Any) -> Any:
             c = b.cuts[i]
@@ -803,8 +887,20 @@ def run_ionode(
                 for o in np.unique(g.source[theirs & (g.source != a)]).tolist():
                     sel = np.flatnonzero(theirs & (g.source == o))
                     c = Cut(o, g.ranges.take(sel))
+                    how: tuple[Any, ...] = (cut,)
+                    if staging is not None:
+                        how = (stage_cut, info, *staging, sb)
                     f = submit_cut(
-                        client, cut, c, futures, row_bytes, dtypes, names, sources[o], prio
+                        client,
+                        how[0],
+                        c,
+                        futures,
+                        row_bytes,
+                        dtypes,
+                        names,
+                        sources[o],
+                        prio,
+                        *how[1:],
                     )
                     futs.append(f)
                     r = c.ranges
@@ -966,6 +1062,8 @@ def run_ionode(
                     f.release()
             for f in futures.values():
                 f.release()
+            if staging is not None:  # memory: gone with the stage, whatever its outcome
+                remove_staging(staging[0])
             if not ok and token in _ABORTED:
                 # the stage was stopped: its process removes the temporary output, but
                 # a write of ours may have recreated part of it after that (a Zarr

@@ -25,6 +25,7 @@ def _hold(seconds, victim):
     from orchestrator.engine import worker
 
     def hook(at):
+        _SEEN.add(at)
         try:
             os.kill(victim, signal.SIGKILL)
         except ProcessLookupError:  # killed by an earlier write
@@ -34,33 +35,64 @@ def _hold(seconds, victim):
     worker.cut_hook = hook
 
 
+_SEEN: set[str] = set()  # (in a compute worker) the direct tasks the hook held
+
+
 def _release():
     from orchestrator.engine import worker
 
     worker.cut_hook = None
+    return sorted(_SEEN)
 
 
-@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+def _staging_dirs(pids):
+    from orchestrator.engine.staging import ROOT
+
+    mine = tuple(f"iorch-stage-{os.getuid()}-{p}-" for p in pids)
+    return [e for e in os.listdir(ROOT) if e.startswith(mine)] if ROOT.is_dir() else []
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "zarr-staged", "hdf5"])
 def test_a_direct_write_waking_after_the_stage_stopped_writes_nothing(tmp_path, fmt):
+    """Also when the shards' rows are spread over both compute workers, so that one hands
+    its rows to the other through shared memory: neither the output nor the staging
+    folders outlive the stage (the killed I/O worker's own folder is swept by the next
+    stage)."""
     n, clients = 1 << 16, 4
     spec = DatasetSpec("u", (n, 16), "f8")
     per = n // clients
-    parts = [
-        Contribution(c, np.arange(c * per, (c + 1) * per), np.full((per, 16), float(c)))
-        for c in range(clients)
-    ]
+    if fmt == "zarr-staged":  # runs of 97 rows, clients in turn: every shard spans both workers
+        owner = (np.arange(n) // 97) % clients
+        rows = [np.flatnonzero(owner == c) for c in range(clients)]
+    else:
+        rows = [np.arange(c * per, (c + 1) * per) for c in range(clients)]
+    parts = [Contribution(c, r, np.full((r.size, 16), float(c))) for c, r in enumerate(rows)]
+    ext = fmt.split("-")[0]
     with local_cluster(n_ionodes=2, n_compute=2) as cl:
         pid = cl.worker_pids()[cl.ionodes[1]]
         cl.client.run(_hold, 3.0, pid, workers=cl.compute)
         with pytest.raises(StageError, match="died"):
             orc.write_stage(
-                tmp_path / f"s.{fmt}",
+                tmp_path / f"s.{ext}",
                 {"u": (spec, parts)},
-                format=fmt,
+                format=ext,
                 cluster=cl,
                 direct=True,
                 stripe_bytes=1 << 16,
             )
         time.sleep(4.0)  # every held write has woken up and finished by now
         assert list(tmp_path.iterdir()) == []
-        cl.client.run(_release, workers=cl.compute)
+        held = set().union(*cl.client.run(_release, workers=cl.compute).values())
+        assert ("stage_cut" in held) == (fmt == "zarr-staged"), held
+        cl.refresh()
+        pids = [pid, *cl.worker_pids().values()]
+        orc.write_stage(
+            tmp_path / f"t.{ext}",
+            {"u": (spec, parts)},
+            format=ext,
+            cluster=cl,
+            direct=True,
+            stripe_bytes=1 << 16,
+        )
+        assert orc.verify(tmp_path / f"t.{ext}") == []
+        assert _staging_dirs(pids) == []
