@@ -553,6 +553,38 @@ def test_contributions_already_on_workers_are_cut_where_they_live(cluster, tmp_p
         write_stage(tmp_path / "u.h5", {"u": (spec, futs)}, cluster=cluster, unique=True)
 
 
+def _slow_part(c, n, clients):
+    time.sleep(0.5)
+    return _make_part(c, n, clients)
+
+
+def test_contributions_still_computing_stay_where_they_are_computed(cluster, tmp_path):
+    """A workflow writes what it just submitted: the stage waits for each contribution on
+    the worker its task runs on, and leaves it there. (Described in one task before they
+    existed, they were all pulled to one worker, and Dask's memory manager then dropped
+    the other copies: one process wrote the whole stage.)"""
+    n, clients = 1 << 14, 8
+    workers = [cluster.compute[c % 2] for c in range(clients)]
+    futs = [
+        cluster.client.submit(_slow_part, c, n, clients, workers=[w], pure=False)
+        for c, w in enumerate(workers)
+    ]
+    spec = DatasetSpec("u", (n, 2), "float64")
+    res = write_stage(
+        tmp_path / "s.h5",
+        {"u": (spec, futs)},
+        cluster=cluster,
+        direct=True,
+        stripe_bytes=4096,
+        window=1 << 14,
+    )
+    assert verify(tmp_path / "s.h5") == []
+    time.sleep(2.5)  # the memory manager's interval (2 s): a copy it would drop is gone
+    who = cluster.client.who_has(futs)
+    assert [sorted(who[f.key]) for f in futs] == [[w] for w in workers]
+    assert set(res.trace.worker) == set(cluster.compute)  # both wrote their own rows
+
+
 def test_split_opt_plan_of_variable_size_pieces_is_executed_exactly(cluster, tmp_path):
     # zero latency: cutting always pays, so the plan really is over pieces of transfers
     datasets, truth = _case(seed=2, interleaved=True)

@@ -130,6 +130,16 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     """
     futures = list(futures)
     who = cl.client.who_has(futures)  # one round trip for all
+    if any(not who.get(f.key) for f in futures):
+        # still being computed (a workflow writes what it just submitted): wait until each
+        # is where its task put it. One task over contributions not computed yet would
+        # pull them all to the one worker it runs on, and Dask's memory manager then drops
+        # the other copies: the stage's every byte on one process (measured, 1 GiB on 2
+        # compute workers: one wrote all, the other idled)
+        from distributed import wait
+
+        wait([f for f in futures if not who.get(f.key)])
+        who = cl.client.who_has(futures)
     by_worker: dict[str, list[int]] = {}
     for i, f in enumerate(futures):
         holders = sorted(who.get(f.key) or [""])
