@@ -337,15 +337,26 @@ class WholeStripeWriter(Writer):
             self._spill(self.limit * 3 // 4)
 
     def _rows(
-        self, name: str, k: int, pieces: Sequence[tuple[int, Any]], complete: bool = True
+        self,
+        name: str,
+        k: int,
+        pieces: Sequence[tuple[int, Any]],
+        complete: bool = True,
+        out: Any = None,
     ) -> Any:
-        """Stripe ``k``'s rows from its pieces (fill value where none is, unless ``complete``)."""
+        """Stripe ``k``'s rows from its pieces (fill value where none is, unless ``complete``),
+        in ``out`` (a ``uint8`` buffer of the stripe's size) when given."""
         import numpy as np
 
         m = self.meta[name]
         shape = (self._size(name, k) // m["row_bytes"], *m["shape"][1:])
         dtype = np.dtype(m["dtype"])
-        rows = np.empty(shape, dtype) if complete else np.full(shape, m["fill_value"], dtype)
+        if out is None:
+            rows = np.empty(shape, dtype)
+        else:
+            rows = out.view(dtype).reshape(shape)
+        if not complete:
+            rows[...] = m["fill_value"]
         flat = rows.reshape(-1).view(np.uint8)
         for at, raw in pieces:
             flat[at : at + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
@@ -355,10 +366,13 @@ class WholeStripeWriter(Writer):
         """Store stripe ``k`` (complete, or padded at flush), its spilled pieces read back."""
         import numpy as np
 
+        from .buffers import STRIPES
+
         st = self.open.pop((name, k))
         size = self._size(name, k)
         got = st.held + sum(n for _, n in st.spilled)
-        rows = self._rows(name, k, st.pieces, complete=got == size)
+        buf = STRIPES.take(size)
+        rows = self._rows(name, k, st.pieces, complete=got == size, out=buf)
         self.held -= st.held
         flat = rows.reshape(-1).view(np.uint8)
         for a, n in st.spilled:
@@ -369,6 +383,7 @@ class WholeStripeWriter(Writer):
                     raise StorageError(f"{self.spill_path}: spilled bytes of {name!r} are gone")
                 at += m
         self._store(name, k, rows)
+        STRIPES.give(buf)  # stored: its pages serve the next stripe
 
     def _spill(self, target: int) -> None:
         """Write the pieces of the fullest open stripes to the spill file, to hold ``target``."""
@@ -439,6 +454,8 @@ class WholeStripeWriter(Writer):
         """
         import numpy as np
 
+        from .buffers import STRIPES
+
         by_stripe: dict[tuple[str, int], list[int]] = {}
         for i, (name, off, _) in enumerate(pieces):
             by_stripe.setdefault((name, off // self.meta[name]["stripe_bytes"]), []).append(i)
@@ -451,10 +468,11 @@ class WholeStripeWriter(Writer):
             if sum(len(pieces[i][2]) for i in idx) != size:
                 continue
             base = k * m["stripe_bytes"]
+            buf = None
             if len(idx) == 1:  # one piece is the whole stripe: store it as it is
                 flat = np.frombuffer(pieces[idx[0]][2], dtype=np.uint8)
             else:
-                flat = np.empty(size, dtype=np.uint8)
+                flat = buf = STRIPES.take(size)
                 for i in idx:
                     _, off, data = pieces[i]
                     flat[off - base : off - base + len(data)] = np.frombuffer(data, np.uint8)
@@ -462,11 +480,16 @@ class WholeStripeWriter(Writer):
                 rest[i] = False
             rows = flat.view(np.dtype(m["dtype"])).reshape(-1, *m["shape"][1:])
             self._store(name, k, rows)
+            if buf is not None:
+                STRIPES.give(buf)
             stored[(name, base)] = self.sums[(name, base)]
         return stored, rest
 
-    def blank_stripe(self, name: str, k: int, complete: bool) -> Any:
+    def blank_stripe(self, name: str, k: int, complete: bool, out: Any = None) -> Any:
         """A buffer for stripe ``k``'s rows: uninitialised, or the fill value unless ``complete``.
+
+        ``out``, a ``uint8`` array of the stripe's size, is used rather than new
+        memory (:data:`~orchestrator.engine.buffers.STRIPES`).
 
         Examples
         --------
@@ -477,7 +500,7 @@ class WholeStripeWriter(Writer):
         >>> w.blank_stripe("u", 2, complete=False).tolist()  # the last stripe: one row
         [7]
         """
-        return self._rows(name, k, (), complete)
+        return self._rows(name, k, (), complete, out)
 
     def store_stripe(self, name: str, k: int, rows: Any) -> str:
         """Store stripe ``k`` of ``name`` whole (its rows, in a :meth:`blank_stripe` buffer).

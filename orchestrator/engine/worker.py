@@ -48,6 +48,7 @@ import numpy as np
 from ..contributions import ContributionError, cast_exactly
 from ..errors import StageAborted as Aborted
 from ..files import remove_path
+from .buffers import STRIPES
 from .directio import contiguous_runs
 from .program import Batch, Cut, NodeProgram, StripeGroup, stripe_groups
 from .staging import open_staging, read_staged, remove_staging, stage_pieces
@@ -575,7 +576,9 @@ def _store_assembled(
             m = writer.meta[name]
             got = by_stripe.pop((d, base), [])
             complete = sum(size_of(p) for _, p in got) == size
-            rows = writer.blank_stripe(name, base // m["stripe_bytes"], complete)
+            # stored here, the buffer serves the next stripe; sent, it leaves with the rows
+            buf = STRIPES.take(size) if mine else None
+            rows = writer.blank_stripe(name, base // m["stripe_bytes"], complete, out=buf)
             flat = rows.reshape(-1).view(np.uint8)
             staged: dict[str, list[tuple[int, memoryview]]] = {}
             for o, p in got:
@@ -593,6 +596,8 @@ def _store_assembled(
             start[j] = time.time()
             sums[(name, base)] = writer.store_stripe(name, base // m["stripe_bytes"], rows)
             end[j] = time.time()
+            del rows, flat
+            STRIPES.give(buf)
         if not mine:
             return ("data", rows_of)
         return ("stored", sums, start, end)
