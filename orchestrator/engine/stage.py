@@ -69,7 +69,8 @@ class StageResult:
     plan: Plan
     trace: Trace
     seconds: float
-    #: seconds spent in each phase: prepare (contributions, assignment, layout), plan,
+    #: seconds spent in each phase: refresh (the cluster's workers), describe (rows of
+    #: contributions held by workers), prepare (contributions, assignment, layout), plan,
     #: create (the empty target), dispatch (writes, fsync, checksums), commit
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -350,12 +351,14 @@ def write_stage(
     )
     own = cluster is None
     cl = local_cluster(n_ionodes=opts.n_ionodes, n_compute=2) if cluster is None else cluster
+    clock = _Clock()
     if not own:
         cl.refresh()  # a worker restarted since the last stage has a new address
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
     try:
+        clock.lap("refresh")
         datasets, remote = _localize(cl, datasets, opts.unique)
-        clock = _Clock()
+        clock.lap("describe")
         staged, transfers, missing = _prepare(datasets, cl.n_ionodes, opts, backend)
         policy_options = dict(opts.policy_options)
         if get_policy(opts.policy).default_block_size is not None:
