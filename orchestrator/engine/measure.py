@@ -292,8 +292,9 @@ def _calibration_makespan(
     try:
         for _ in range(2):
             # the way a stage of this size runs (direct writes by size, as write_stage
-            # decides), except Zarr: each client holds whole shards here, which would all be
-            # stored by the workers holding them; a stage of interleaved rows sends them
+            # decides): in Zarr the stage in large pieces has each shard stored by the one
+            # worker holding it, the one in small pieces has rows handed between workers,
+            # which the difference then counts per unit, as a stage of interleaved rows pays
             res = write_stage(
                 target,
                 {spec.name: (spec, parts)},
@@ -303,7 +304,6 @@ def _calibration_makespan(
                 overwrite=True,
                 cost="modern",
                 format=fmt,
-                direct=False if fmt == "zarr" else None,
             )
             remove_path(target)
             os.sync()
