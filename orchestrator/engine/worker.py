@@ -597,7 +597,8 @@ def _store_assembled(
             sums[(name, base)] = writer.store_stripe(name, base // m["stripe_bytes"], rows)
             end[j] = time.time()
             del rows, flat
-            STRIPES.give(buf)
+            if buf is not None:
+                STRIPES.give(buf)
         if not mine:
             return ("data", rows_of)
         return ("stored", sums, start, end)
