@@ -148,7 +148,9 @@ class ZarrWriter(WholeStripeWriter):
             self.arrays[name][r0 : r0 + rows.shape[0]] = rows
             return
         if rows.shape[0] < m["rows_per_stripe"]:  # the last shard: stored full size, padded
-            full = np.full((m["rows_per_stripe"], *rows.shape[1:]), m["fill_value"], rows.dtype)
+            # with the array's own fill value, as zarr-python pads (None is 0 there)
+            fill = self.arrays[name].fill_value
+            full = np.full((m["rows_per_stripe"], *rows.shape[1:]), fill, rows.dtype)
             full[: rows.shape[0]] = rows
             rows = full
         # the shard's key: c/<k>/0/... (rows are split along the first axis only)
@@ -158,7 +160,7 @@ class ZarrWriter(WholeStripeWriter):
         fd = os.open(
             os.path.join(folder, str(k) if rows.ndim == 1 else "0"),
             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-            0o644,
+            0o666,  # less the umask, as zarr-python creates them
         )
         try:
             view, done = memoryview(data), 0

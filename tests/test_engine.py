@@ -661,9 +661,9 @@ def _setenv(name, value):
 
 
 def _staging_dirs(pids):
-    from orchestrator.engine.staging import ROOT
+    from orchestrator.engine.staging import ROOT, _namespace
 
-    mine = [f"iorch-stage-{os.getuid()}-{p}-" for p in pids]
+    mine = [f"iorch-stage-{os.getuid()}-{_namespace()}-{p}-" for p in pids]
     return [e for e in os.listdir(ROOT) if any(e.startswith(m) for m in mine)]
 
 

@@ -62,7 +62,7 @@ def test_staged_pieces_read_back_into_their_stripes_exactly(pieces, seed):
                 staged.setdefault((dd, base), []).append((off, n))
         for (dd, base), ranges in staged.items():
             bufs = [(off, memoryview(bytearray(n))) for off, n in ranges]
-            read_staged(d, dd, base, bufs)
+            read_staged(d, ident, dd, base, bufs)
             for off, buf in bufs:
                 assert bytes(buf) == data[(dd, base, off)].tobytes()
         assert os.listdir(d) == []
@@ -81,6 +81,38 @@ def test_a_directory_this_process_does_not_see_stages_nothing(tmp_path):
     assert not d.exists()
 
 
+def test_a_full_shared_memory_sends_the_bytes_instead(tmp_path):
+    """/dev/shm full (a container's 64 MiB): the stager says so, and the caller sends the
+    bytes through Dask; a real tmpfs of 64 KiB is filled here."""
+    d = tmp_path / "shm"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        st_ = d.stat()
+        ident = (st_.st_dev, st_.st_ino)
+        assert stage_pieces(str(d), ident, [(0, 0, 0, memoryview(bytes(16 << 10)))])
+        assert not stage_pieces(str(d), ident, [(0, 1 << 20, 1 << 20, memoryview(bytes(1 << 20)))])
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
+
+
+def test_the_assembler_refuses_a_folder_other_than_the_one_staged_into(tmp_path):
+    """Workers of one address with separate /dev/shm: the same path is another folder for
+    the assembler; it says so (and how to avoid it) rather than read the wrong bytes."""
+    from orchestrator.errors import StorageError
+
+    d = tmp_path / "s"
+    d.mkdir()
+    st_ = d.stat()
+    assert stage_pieces(str(d), (st_.st_dev, st_.st_ino), [(0, 0, 0, memoryview(b"ab"))])
+    with pytest.raises(StorageError, match="IORCH_STAGING=0"):
+        read_staged(str(d), (st_.st_dev, st_.st_ino + 1), 0, 0, [(0, memoryview(bytearray(2)))])
+    remove_staging(str(d))
+    with pytest.raises(StorageError, match="gone"):
+        read_staged(str(d), (st_.st_dev, st_.st_ino), 0, 0, [(0, memoryview(bytearray(2)))])
+
+
 def test_a_stager_holding_a_removed_directory_cannot_create_files_in_it(tmp_path):
     """The directory removed between a stager opening it and creating a file: ENOENT, and
     nothing reappears (what makes the I/O node's removal final)."""
@@ -97,8 +129,9 @@ def test_a_stager_holding_a_removed_directory_cannot_create_files_in_it(tmp_path
 
 
 def test_sweep_removes_folders_of_dead_processes_only(tmp_path, monkeypatch):
-    """A folder of a process that is gone is removed; a live process's (another user's
-    would not even be looked at), this process's open ones and other names are kept."""
+    """A folder of a process that is gone is removed; a live process's, another user's,
+    one made in another pid namespace, this process's open ones and other names are
+    kept."""
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
@@ -106,11 +139,13 @@ def test_sweep_removes_folders_of_dead_processes_only(tmp_path, monkeypatch):
         check=True,
     )
     dead_pid = int(dead.stdout)
-    uid = os.getuid()
+    uid, ns = os.getuid(), staging._namespace()
     names = {
-        "dead": f"iorch-stage-{uid}-{dead_pid}-tok-0",
-        "parent": f"iorch-stage-{uid}-{os.getppid()}-tok-1",
-        "other": f"iorch-stage-{uid + 1}-{dead_pid}-tok-0",
+        "dead": f"iorch-stage-{uid}-{ns}-{dead_pid}-tok-0",
+        "parent": f"iorch-stage-{uid}-{ns}-{os.getppid()}-tok-1",
+        "other": f"iorch-stage-{uid + 1}-{ns}-{dead_pid}-tok-0",
+        # another pid namespace (a container sharing /dev/shm): its pids mean nothing here
+        "elsewhere": f"iorch-stage-{uid}-1{ns}-{dead_pid}-tok-0",
         "unrelated": "something-else",
     }
     for n in names.values():
@@ -118,7 +153,7 @@ def test_sweep_removes_folders_of_dead_processes_only(tmp_path, monkeypatch):
         (tmp_path / n / "0-0").write_bytes(b"x")
     assert staging.sweep(tmp_path) == [names["dead"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        names[k] for k in ("parent", "other", "unrelated")
+        names[k] for k in ("parent", "other", "elsewhere", "unrelated")
     )
     # this process's folders: kept while open, removed once it no longer holds them
     monkeypatch.setattr(staging, "ROOT", tmp_path)
@@ -179,7 +214,7 @@ def test_shards_we_encode_are_zarr_pythons_bytes(case, seed):
     shape, dtype, rps, comp = case
     rng = np.random.default_rng(seed)
     values = (rng.random(shape) * 200 - 100).astype(dtype)
-    fill = np.array(7).astype(dtype).item()
+    fill = None if seed % 5 == 0 else np.array(7).astype(dtype).item()  # None: zarr's 0
     chunks = (rps, *shape[1:])
     kw = {}
     if comp is None:

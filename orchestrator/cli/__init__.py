@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 # the signals this process received, first first: whatever error a command ends
@@ -28,17 +29,31 @@ from typing import Any
 _received: list[int] = []
 
 
-# how long a signal that landed inside the compiler waits before it is delivered again
+# how long a signal that landed inside the compiler waits before it is delivered again,
+# and how long it may keep waiting (a compilation that never returns must not make
+# Ctrl-C or scancel's SIGTERM a no-op)
 _COMPILER_RETRY = 0.05
+_COMPILER_PATIENCE = 10.0
+# signal -> when it was first held back; signals whose redelivery is under way
+_held: dict[int, float] = {}
+_resending: set[int] = set()
+_held_lock = threading.Lock()
 
 
 def _inside_compiler(frame: Any) -> bool:
     """Whether ``frame`` or a caller of it is Numba's or llvmlite's code."""
     while frame is not None:
-        if str(frame.f_globals.get("__name__", "")).startswith(("numba", "llvmlite")):
+        name = str(frame.f_globals.get("__name__", ""))
+        if name.split(".", 1)[0] in ("numba", "llvmlite"):
             return True
         frame = frame.f_back
     return False
+
+
+def _resend(signum: int) -> None:
+    with _held_lock:
+        _resending.discard(signum)
+    os.kill(os.getpid(), signum)
 
 
 def _deferred(signum: int, frame: Any) -> bool:
@@ -47,10 +62,18 @@ def _deferred(signum: int, frame: Any) -> bool:
     # callbacks Python prints it as "Exception ignored ... Traceback" and goes
     # on; elsewhere Numba is left halfway ("no compiled object yet"). Deliver
     # the signal again once the compiler has returned (a kernel compiles in
-    # under a few seconds), so the command unwinds from its own code
-    if not _inside_compiler(frame):
-        return False
-    later = threading.Timer(_COMPILER_RETRY, os.kill, (os.getpid(), signum))
+    # under a few seconds), so the command unwinds from its own code. Repeats
+    # of a held signal (Ctrl-C pressed again) become the one delivery
+    now = time.monotonic()
+    with _held_lock:
+        first = _held.setdefault(signum, now)
+        if not _inside_compiler(frame) or now - first > _COMPILER_PATIENCE:
+            _held.pop(signum, None)
+            return False
+        if signum in _resending:
+            return True
+        _resending.add(signum)
+    later = threading.Timer(_COMPILER_RETRY, _resend, (signum,))
     later.daemon = True
     later.start()
     return True

@@ -51,7 +51,7 @@ from ..files import remove_path
 from .buffers import STRIPES
 from .directio import contiguous_runs
 from .program import Batch, Cut, NodeProgram, StripeGroup, stripe_groups
-from .staging import open_staging, read_staged, remove_staging, stage_pieces
+from .staging import open_staging, read_staged, remove_staging, stage_pieces, sweep_dead
 from .storage import Backend, WholeStripeWriter, crc32, get_backend
 from .window import Fetch, Window, Write
 
@@ -99,6 +99,8 @@ def abort(token: str) -> int:
     >>> abort("ckpt.h5.tmp-0123")
     0
     """
+    # a stage stops when an I/O worker died: its shared-memory folder is left behind
+    threading.Thread(target=sweep_dead, name="iorch-sweep", daemon=True).start()
     with _LOCK:
         _ABORTED.add(token)
         return sum(1 for t, _ in _ACTIVE if t == token)
@@ -440,9 +442,9 @@ def stage_cut(
     are ``stripe_bytes[dataset[i]]`` long; each is written at its place in
     its stripe's file in the ``staging`` directory (:mod:`.staging`), which
     the stripe's assembler (:func:`store_stripes`) reads. Returns
-    ``("staged", staging)``, or — when this process does not see that
-    directory (``identity``: another host) — the bytes, as :func:`cut`
-    returns them, for Dask to move.
+    ``("staged", staging, identity)``, or — when this process does not see
+    that directory (``identity``: another host) or shared memory is full —
+    the bytes, as :func:`cut` returns them, for Dask to move.
 
     Examples
     --------
@@ -463,7 +465,7 @@ def stage_cut(
             for d, o, p in zip(dataset, offset, parts, strict=True)
         ]
         if stage_pieces(staging, identity, pieces):
-            return ("staged", staging)
+            return ("staged", staging, tuple(identity))
         if len(parts) == 1:
             return parts[0]
         return parts
@@ -530,7 +532,7 @@ def store_stripes(
         for got, ds, offs, ns in received:
             if isinstance(got, tuple) and got[:1] == ("staged",):
                 # in shared memory: read straight into the stripe's buffer there
-                where = str(got[1])
+                where = (str(got[1]), tuple(got[2]))
                 pieces += [
                     (int(d), int(o), (where, int(n)))
                     for d, o, n in zip(ds.tolist(), offs.tolist(), ns.tolist(), strict=True)
@@ -580,15 +582,17 @@ def _store_assembled(
             buf = STRIPES.take(size) if mine else None
             rows = writer.blank_stripe(name, base // m["stripe_bytes"], complete, out=buf)
             flat = rows.reshape(-1).view(np.uint8)
-            staged: dict[str, list[tuple[int, memoryview]]] = {}
+            staged: dict[tuple[str, Any], list[tuple[int, memoryview]]] = {}
             for o, p in got:
                 if isinstance(p, tuple):
+                    if o - base + p[1] > flat.size:
+                        raise ValueError(f"a staged range of {name!r} at {o} ends past its stripe")
                     into = memoryview(flat[o - base : o - base + p[1]].data)
                     staged.setdefault(p[0], []).append((o, into))
                 else:
                     flat[o - base : o - base + p.size] = p
-            for where, ranges in staged.items():
-                read_staged(where, d, base, ranges)
+            for (where, ident), ranges in staged.items():
+                read_staged(where, ident, d, base, ranges)
             del got
             if not mine:  # the I/O node sees another file: it stores them
                 rows_of[j] = rows

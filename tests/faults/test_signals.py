@@ -124,9 +124,12 @@ def probe():
 
 @overload(probe)
 def _typing():
-    # runs inside Numba's compiler, as a Ctrl-C on a fresh cache lands there
+    # runs inside Numba's compiler, as a Ctrl-C on a fresh cache lands there; pressed
+    # twice, it is still one interrupt once the compiler returns
     os.kill(os.getpid(), signal.{name})
-    time.sleep(0.2)  # the handler has run by now, inside the compiler's frames
+    time.sleep(0.1)  # the handler has run by now, inside the compiler's frames
+    os.kill(os.getpid(), signal.{name})
+    time.sleep(0.2)
     print("compiler still running", file=sys.stderr)
     return lambda: None
 
@@ -138,7 +141,11 @@ def kernel():
 def app():
     kernel()
     print("compiled", file=sys.stderr)
-    signal.pause()  # the deferred signal arrives here, in the command's own code
+    try:
+        signal.pause()  # the deferred signal arrives here, in the command's own code
+    finally:
+        time.sleep(0.3)  # a stage's cleanup: no second interrupt may cut it short
+        print("cleaned up", file=sys.stderr)
 
 commands.app = app
 sys.argv = ["iorch"]
@@ -158,6 +165,66 @@ def test_a_signal_inside_the_compiler_is_delivered_once_the_kernel_is_compiled(s
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "Traceback" not in run.stderr and "ignored" not in run.stderr, run.stderr
     lines = run.stderr.strip().splitlines()
-    # the compilation finished, then the command unwound
-    assert lines[:2] == ["compiler still running", "compiled"], run.stderr
+    # the compilation finished, then the command unwound, once
+    assert lines[:3] == ["compiler still running", "compiled", "cleaned up"], run.stderr
     assert lines[-1].startswith("iorch: "), run.stderr
+
+
+_SIGNALS_HELD_IN_A_LONG_COMPILATION = """
+import os, signal, sys, time
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+cli._COMPILER_PATIENCE = {patience}
+# Python code that counts as the compiler's (its module is numba's): a signal pressed
+# twice while it runs {seconds} s
+compiler = {{"__name__": "numba.core.fake", "time": time, "os": os, "signal": signal}}
+exec("def compile(seconds):\\n    end = time.monotonic() + seconds\\n"
+     "    os.kill(os.getpid(), signal.{name})\\n    time.sleep(0.2)\\n"
+     "    os.kill(os.getpid(), signal.{name})\\n"
+     "    while time.monotonic() < end:\\n        pass\\n", compiler)
+
+def app():
+    t0 = time.monotonic()
+    try:
+        compiler["compile"]({seconds})
+        print(f"compiled after {{time.monotonic() - t0:.1f}} s", file=sys.stderr)
+        signal.pause()
+    finally:
+        print(f"interrupted after {{time.monotonic() - t0:.1f}} s", file=sys.stderr)
+        time.sleep(0.3)  # a stage's cleanup: no second interrupt may cut it short
+        print("cleaned up", file=sys.stderr)
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("seconds,patience", [(0.6, 30.0), (30.0, 1.0)], ids=["held", "patience"])
+def test_signals_held_in_the_compiler_arrive_once_and_not_too_late(signum, seconds, patience):
+    """Two signals while the compiler runs are one interrupt once it returns; a
+    compilation that does not return in time is interrupted anyway."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SIGNALS_HELD_IN_A_LONG_COMPILATION.format(
+                name=signum.name, seconds=seconds, patience=patience
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
+    assert "Traceback" not in run.stderr, run.stderr
+    lines = run.stderr.strip().splitlines()
+    if seconds < patience:
+        assert lines[0].startswith("compiled after"), run.stderr
+    else:  # interrupted inside the compiler, after the patience ran out
+        took = float(lines[0].split()[2])
+        assert lines[0].startswith("interrupted after") and patience <= took < 5, run.stderr
+    assert lines[-2:-1] == ["cleaned up"] and lines[-1].startswith("iorch: "), run.stderr

@@ -46,9 +46,9 @@ def _release():
 
 
 def _staging_dirs(pids):
-    from orchestrator.engine.staging import ROOT
+    from orchestrator.engine.staging import ROOT, _namespace
 
-    mine = tuple(f"iorch-stage-{os.getuid()}-{p}-" for p in pids)
+    mine = tuple(f"iorch-stage-{os.getuid()}-{_namespace()}-{p}-" for p in pids)
     return [e for e in os.listdir(ROOT) if e.startswith(mine)] if ROOT.is_dir() else []
 
 
