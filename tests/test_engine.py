@@ -639,18 +639,31 @@ def test_two_stages_on_one_target_exactly_one_commits(cluster, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["race.h5"], "a temporary output was left"
 
 
-def _record_cut_kinds():
-    from orchestrator.engine import worker
+def _record_cut_kinds(lose_staging=False):
+    """Record which direct tasks ran; with ``lose_staging``, each stager first finds the
+    shared-memory folders gone (as if /dev/shm were full or another one): it must send
+    its bytes through Dask instead."""
+    import shutil
+
+    from orchestrator.engine import staging, worker
 
     seen = []
-    worker.cut_hook = seen.append
+
+    def hook(at):
+        seen.append(at)
+        if lose_staging and at == "stage_cut":
+            for d in staging.ROOT.glob(f"iorch-stage-{os.getuid()}-*"):
+                shutil.rmtree(d, ignore_errors=True)
+
+    hook.__self__ = seen  # what _cut_kinds reads back
+    worker.cut_hook = hook
 
 
 def _cut_kinds():
     from orchestrator.engine import worker
 
     hook, worker.cut_hook = worker.cut_hook, None
-    return sorted(set(hook.__self__)) if hook is not None else []
+    return sorted(set(getattr(hook, "__self__", []))) if hook is not None else []
 
 
 def _setenv(name, value):
@@ -668,7 +681,9 @@ def _staging_dirs(pids):
 
 
 @pytest.mark.parametrize(
-    "direct,staging", [(True, "1"), (True, "0"), (False, "1")], ids=["staged", "dask", "sent"]
+    "direct,staging",
+    [(True, "1"), (True, "lost"), (True, "0"), (False, "1")],
+    ids=["staged", "staging-lost", "dask", "sent"],
 )
 def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_path, direct, staging):
     """Direct writes into Zarr: each shard is assembled and stored by the worker holding
@@ -690,8 +705,8 @@ def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_pat
         parts.append(Contribution(c, rows, truth[rows]))
     target = tmp_path / "d.zarr"
     client = cluster.client
-    client.run(_setenv, "IORCH_STAGING", staging)
-    client.run(_record_cut_kinds)
+    client.run(_setenv, "IORCH_STAGING", "0" if staging == "0" else "1")
+    client.run(_record_cut_kinds, staging == "lost")
     try:
         res = write_stage(
             target,
@@ -711,7 +726,7 @@ def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_pat
     assert verify(target) == []
     used = set().union(*map(set, kinds.values()))
     if direct:  # the other sources' rows went through shared memory only when staging is on
-        assert "store_stripes" in used and ("stage_cut" in used) == (staging == "1")
+        assert "store_stripes" in used and ("stage_cut" in used) == (staging != "0")
     assert not _staging_dirs(cluster.worker_pids().values())
     writers = set(res.trace.worker)
     if direct:  # every shard stored by a compute worker; two groups of them under way at most

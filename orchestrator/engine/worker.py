@@ -257,11 +257,15 @@ def cut(
     >>> cut([con], np.array([0, 0]), np.array([12, 8]), np.array([4, 4]), [4], ["<i4"]).tolist()
     [8, 0, 0, 0, 7, 0, 0, 0]
     """
-    parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
+    return _packed(_parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels))
+
+
+def _packed(parts: list[np.ndarray]) -> Any:
+    """A cut's ranges as one Dask message: one array, the views, or one packed buffer."""
     if len(parts) == 1:
         return parts[0]
-    if parts and int(np.asarray(nbytes).sum()) >= len(parts) * PACK_BELOW:
-        return parts  # type: ignore[return-value]
+    if parts and sum(p.size for p in parts) >= len(parts) * PACK_BELOW:
+        return parts
     return np.concatenate(parts) if parts else np.empty(0, np.uint8)
 
 
@@ -466,9 +470,7 @@ def stage_cut(
         ]
         if stage_pieces(staging, identity, pieces):
             return ("staged", staging, tuple(identity))
-        if len(parts) == 1:
-            return parts[0]
-        return parts
+        return _packed(parts)
 
 
 def _split_cut(got: Any, nbytes: Sequence[int]) -> list[np.ndarray]:
