@@ -506,7 +506,8 @@ def store_stripes(
     ``names[dataset[i]]``) are copied into each stripe's buffer, the other
     sources' ranges arrive as ``received`` — ``(cut result, dataset,
     offset, nbytes)``, moved here by Dask, or staged in shared memory by
-    :func:`stage_cut` (the result is then ``("staged", directory)``) — and each stripe
+    :func:`stage_cut` (the result is then ``("staged", directory, its identity)``,
+    checked here before reading) — and each stripe
     ``(dataset, offset, nbytes)`` is stored and checksummed as soon as it is
     assembled; rows no range holds keep the fill value. Only the minority of
     each stripe's bytes crosses between processes, and the I/O workers hold
