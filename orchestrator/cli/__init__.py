@@ -15,12 +15,13 @@ imported here, every worker loaded Numba, llvmlite and SciPy it never uses
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 # the signals this process received, first first: whatever error a command ends
 # with after one (a library interrupted halfway may raise its own, as Numba's
@@ -79,6 +80,30 @@ def _deferred(signum: int, frame: Any) -> bool:
     return True
 
 
+def _swallowed(unraisable: Any) -> None:
+    """``sys.unraisablehook``: an interrupt raised where Python cannot propagate it arrives again.
+
+    A handler's exception raised inside a ``__del__``, a weakref callback or a
+    ctypes callback is printed as "Exception ignored ..." and dropped: the
+    signal was lost and the command went on (CI: a SIGTERM inside a WeakSet's
+    callback, the run then completed with 0 and a traceback). Delivered again
+    shortly, the signal unwinds the command from its own code.
+    """
+    if _received and unraisable.exc_type in (KeyboardInterrupt, SystemExit):
+        signum = _received.pop()
+        if signum == signal.SIGTERM:  # _terminate ignores a second one: this is not one
+            signal.signal(signal.SIGTERM, _terminate)
+        with _held_lock:
+            if signum in _resending:
+                return
+            _resending.add(signum)
+        later = threading.Timer(_COMPILER_RETRY, _resend, (signum,))
+        later.daemon = True
+        later.start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     if _deferred(signum, frame):
         return
@@ -97,26 +122,68 @@ def _terminate(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _end_interrupted(signum: int) -> None:
+def _end_interrupted(signum: int) -> NoReturn:
     name = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
     print(
         f"iorch: {name}; the stage in progress, if any, was not committed and its "
         "temporary output was removed; checkpoints committed before are intact",
         file=sys.stderr,
     )
-    # everything the command started is stopped by now (the cluster's `with`
-    # has closed it, the stage's cleanup has run); what is left is the
-    # interpreter's own finalization, which now and then crashed with SIGSEGV
-    # in a library thread still alive after the interrupt (1 of 12 signal points
-    # of tests/faults/test_signals.py), turning a clean 130 into -11. Skip it
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(128 + signum)
+    _leave(128 + signum)
+
+
+def _leave(code: int) -> NoReturn:
+    """End the process: the exit hooks, then ``os._exit`` instead of the interpreter's teardown.
+
+    Everything the command started is stopped by the time it returns (the
+    cluster's ``with`` closed it, a stage's cleanup ran). What the teardown
+    adds is harm only: it disables Python's signal handlers first and then
+    spends a second freeing Numba, llvmlite and SciPy, so a SIGTERM in that
+    second killed a finished run (-15 instead of 0 or 143; CI, test_signals),
+    and it crashed now and then with SIGSEGV in a library thread still alive
+    after an interrupt. The exit hooks do run: multiprocessing's releases the
+    nannies' semaphores (skipped, its tracker warned of "leaked semaphore
+    objects" after our last line), logging's and tempfile's flush and clean.
+    A signal while they run ends the process at once (the semaphores are
+    released before, so it leaks nothing either).
+    """
+
+    def late(signum: int, frame: Any) -> None:
+        if code == 0:
+            os.write(2, b"iorch: signal received while shutting down; the command had completed\n")
+        os._exit(code or 128 + signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) not in (signal.SIG_IGN, None):
+            signal.signal(s, late)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        # first of all, as its own exit hook does first: the named semaphores, which
+        # a late signal cutting the hooks short would otherwise leave to the tracker
+        getattr(mp_util, "_run_finalizers", lambda minpriority: None)(0)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (iorch ... | head): nothing to flush to
+            pass
+    os._exit(code)
+
+
+def _exit_code(stop: SystemExit) -> int:
+    """The status ``sys.exit(stop.code)`` would give, printing a message as Python does."""
+    if stop.code is None:
+        return 0
+    if isinstance(stop.code, int):
+        return stop.code & 0xFF
+    print(stop.code, file=sys.stderr)
+    return 1
 
 
 def main() -> None:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     signal.signal(signal.SIGTERM, _terminate)
+    sys.unraisablehook = _swallowed
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored (nohup, &)
         signal.signal(signal.SIGINT, _interrupt)
     from ..kernels import refresh_cache  # here, once, before any worker loads a kernel
@@ -133,11 +200,12 @@ def main() -> None:
             _end_interrupted(int(stop.code) - 128)
         if _received and stop.code not in (0, None):
             _end_interrupted(_received[0])
-        raise
+        _leave(_exit_code(stop))
     except BaseException:
         if _received:
             _end_interrupted(_received[0])
         raise
+    _leave(0)  # an app that returns instead of raising SystemExit(0)
 
 
 def __getattr__(name: str) -> Any:

@@ -715,30 +715,47 @@ def run_ionode(
     client = get_client()
     with _LOCK:
         _ACTIVE.add((token, s))
-    pool = ThreadPoolExecutor(4, thread_name_prefix=f"iorch-fetch-{s}")
-    events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
-    held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
-    # batch -> its direct cuts, their write_cut futures and the gather of their results
-    handed: dict[int, tuple[list[int], list[Any], Any]] = {}
-    gathers: list[Any] = []  # the background gathers of cut futures
-    arrived: dict[int, dict[int, Any]] = {}  # batch -> cut index -> its bytes
-    futures: dict[tuple[int, int], Any] = {dc: Future(k, client=client) for dc, k in keys.items()}
-    writer = get_backend(fmt).writer(info, s, aggregate)
-    if isinstance(writer, WholeStripeWriter):
-        # stripes waiting for their other pieces share the window with the batches
-        # fetched ahead: half each, so fetching never stops for want of room. The
-        # spill file lives inside the temporary output when it is a folder, so that
-        # whatever removes a failed stage's output removes it too
-        writer.limit = window // 2
-        due: dict[tuple[str, int], int] = {}  # when each stripe's last piece comes
-        for bt in node.batches:
-            for d, off in zip(bt.ranges.dataset.tolist(), bt.ranges.offset.tolist(), strict=True):
-                due[(names[d], off // writer.meta[names[d]]["stripe_bytes"])] = bt.index
-        writer.due = due
-        out = Path(info["path"])
-        writer.spill_path = (
-            out / f".iorch-spill-{s}" if out.is_dir() else out.with_name(f"{out.name}.spill-{s}")
-        )
+    # counted by busy() from here on, so the setup too must end in the discard: an error
+    # opening the writer (the stage stopped and its output removed meanwhile) left the
+    # node counted for good, and stop() waited its whole timeout on it
+    try:
+        pool = ThreadPoolExecutor(4, thread_name_prefix=f"iorch-fetch-{s}")
+        events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        held: dict[int, list[Any]] = {}  # batch -> cut futures, released once written
+        # batch -> its direct cuts, their write_cut futures and the gather of their results
+        handed: dict[int, tuple[list[int], list[Any], Any]] = {}
+        gathers: list[Any] = []  # the background gathers of cut futures
+        arrived: dict[int, dict[int, Any]] = {}  # batch -> cut index -> its bytes
+        futures: dict[tuple[int, int], Any] = {
+            dc: Future(k, client=client) for dc, k in keys.items()
+        }
+        writer = get_backend(fmt).writer(info, s, aggregate)
+        if isinstance(writer, WholeStripeWriter):
+            # stripes waiting for their other pieces share the window with the batches
+            # fetched ahead: half each, so fetching never stops for want of room. The
+            # spill file lives inside the temporary output when it is a folder, so that
+            # whatever removes a failed stage's output removes it too
+            writer.limit = window // 2
+            due: dict[tuple[str, int], int] = {}  # when each stripe's last piece comes
+            for bt in node.batches:
+                for d, off in zip(
+                    bt.ranges.dataset.tolist(), bt.ranges.offset.tolist(), strict=True
+                ):
+                    due[(names[d], off // writer.meta[names[d]]["stripe_bytes"])] = bt.index
+            writer.due = due
+            out = Path(info["path"])
+            writer.spill_path = (
+                out / f".iorch-spill-{s}"
+                if out.is_dir()
+                else out.with_name(f"{out.name}.spill-{s}")
+            )
+    except BaseException:
+        with _LOCK:
+            _ACTIVE.discard((token, s))
+            stopped = token in _ABORTED
+        if stopped:  # a writer opened after the stage's cleanup may have recreated output
+            remove_path(info["path"])
+        raise
     me = get_worker()
     staging: tuple[str, tuple[int, int]] | None = None
     trim = _Trim(window)

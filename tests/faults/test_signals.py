@@ -228,3 +228,95 @@ def test_signals_held_in_the_compiler_arrive_once_and_not_too_late(signum, secon
         took = float(lines[0].split()[2])
         assert lines[0].startswith("interrupted after") and patience <= took < 5, run.stderr
     assert lines[-2:-1] == ["cleaned up"] and lines[-1].startswith("iorch: "), run.stderr
+
+
+_AFTER_THE_COMMAND = """
+import atexit, multiprocessing, os, signal, sys, time
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+# what a closed embedded cluster leaves for the exit hooks: multiprocessing queues
+# (the nannies'), whose named semaphores only those hooks release
+queues = [multiprocessing.get_context("spawn").Queue() for _ in range(3)]
+
+def shutting_down():
+    os.kill(os.getpid(), signal.{name})  # scancel or Ctrl-C as the finished run exits
+    time.sleep(2)
+    print("the exit hooks were not cut short", file=sys.stderr)
+
+def app():
+    if "{when}" == "during":
+        os.kill(os.getpid(), signal.{name})
+        signal.pause()
+    atexit.register(shutting_down)
+    raise SystemExit(0)
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("when", ["during", "after"])
+def test_a_signal_during_or_after_a_command_ends_it_with_one_line_and_nothing_leaked(signum, when):
+    """Interrupted, the exit hooks still release what multiprocessing made (else its
+    tracker warns of leaked semaphores after our line); a signal once the command
+    has finished ends the exit at once with 128 + signal, never the default -signal
+    of an interpreter whose handlers are gone (CI: -15 for a finished run)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _AFTER_THE_COMMAND.format(name=signum.name, when=when)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
+    assert "Traceback" not in run.stderr and "leaked" not in run.stderr, run.stderr
+    assert "not cut short" not in run.stderr, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines[-1].startswith("iorch: "), run.stderr
+    if when == "after":
+        assert "had completed" in lines[-1], run.stderr
+
+
+_SIGNAL_WHERE_PYTHON_DROPS_EXCEPTIONS = """
+import os, signal, sys, time
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+class Collected:
+    def __del__(self):
+        # a finalizer (or a weakref callback: CI's WeakSet) running as the signal lands;
+        # the exception the handler raises here is printed and dropped by Python
+        os.kill(os.getpid(), signal.{name})
+        time.sleep(0.2)
+
+def app():
+    try:
+        Collected()
+        time.sleep(3)
+        print("went on as if no signal had come", file=sys.stderr)
+    finally:
+        print("cleaned up", file=sys.stderr)
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_landing_in_a_finalizer_still_interrupts_the_command(signum):
+    run = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_WHERE_PYTHON_DROPS_EXCEPTIONS.format(name=signum.name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
+    assert "ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert "went on" not in run.stderr, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines[0] == "cleaned up" and lines[-1].startswith("iorch: "), run.stderr

@@ -96,3 +96,44 @@ def test_a_direct_write_waking_after_the_stage_stopped_writes_nothing(tmp_path, 
         )
         assert orc.verify(tmp_path / f"t.{ext}") == []
         assert _staging_dirs(pids) == []
+
+
+def _writer_loops_counted():
+    from orchestrator.engine import worker
+
+    return len(worker._ACTIVE)
+
+
+def test_an_io_node_failing_to_open_its_writer_is_not_waited_for(tmp_path):
+    """An I/O node whose writer cannot be opened (its output removed under it, a full or
+    read-only file system) fails the stage, and stops counting as a running writer: it
+    was counted for good, and every later stop of a stage waited its whole timeout on it
+    (seen as 5 s between a SIGTERM and the end of ``iorch run``)."""
+    from orchestrator.engine.storage import register_backend, unregister_backend
+    from plugins.hdf5 import HDF5Backend
+
+    class Unopenable(HDF5Backend):
+        name = "hdf5-unopenable"
+
+        def writer(self, info, ionode, aggregate):
+            if ionode == 1:
+                raise OSError(f"I/O node {ionode}: cannot open {info['path']}")
+            return super().writer(info, ionode, aggregate)
+
+    register_backend("hdf5-unopenable", Unopenable)
+    try:
+        spec = DatasetSpec("u", (1 << 12, 16), "f8")
+        parts = [Contribution(0, np.arange(1 << 12), np.ones((1 << 12, 16)))]
+        with local_cluster(n_ionodes=2, n_compute=1) as cl:
+            with pytest.raises(StageError, match="cannot open"):
+                orc.write_stage(
+                    tmp_path / "s.h5",
+                    {"u": (spec, parts)},
+                    format="hdf5-unopenable",
+                    cluster=cl,
+                    stripe_bytes=1 << 16,
+                )
+            assert set(cl.client.run(_writer_loops_counted).values()) == {0}
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        unregister_backend("hdf5-unopenable")
