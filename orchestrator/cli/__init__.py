@@ -35,6 +35,8 @@ _received: list[int] = []
 # Ctrl-C or scancel's SIGTERM a no-op)
 _COMPILER_RETRY = 0.05
 _COMPILER_PATIENCE = 10.0
+# how long an interrupted command's exit hooks may take
+_EXIT_PATIENCE = 3.0
 # signal -> when it was first held back; signals whose redelivery is under way
 _held: dict[int, float] = {}
 _resending: set[int] = set()
@@ -156,6 +158,16 @@ def _leave(code: int) -> NoReturn:
     for s in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(s) not in (signal.SIG_IGN, None):
             signal.signal(s, late)
+    if code != 0:
+        # interrupted: what the command started was stopped or given up on its way out;
+        # Dask's own hook would close a cluster interrupted while starting once more,
+        # waiting up to 10 s (seen), and no hook may keep an interrupted user waiting
+        spec = sys.modules.get("distributed.deploy.spec")
+        if spec is not None and hasattr(spec, "close_clusters"):
+            atexit.unregister(spec.close_clusters)
+        watchdog = threading.Timer(_EXIT_PATIENCE, os._exit, (code,))
+        watchdog.daemon = True
+        watchdog.start()
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
         # first of all, as its own exit hook does first: the named semaphores, which

@@ -244,8 +244,14 @@ def shutting_down():
     time.sleep(2)
     print("the exit hooks were not cut short", file=sys.stderr)
 
+def hung():
+    time.sleep(60)  # a hook that does not return: an interrupted user is not kept waiting
+    print("the exit hooks were not cut short", file=sys.stderr)
+
 def app():
-    if "{when}" == "during":
+    if "{when}" == "hung":
+        atexit.register(hung)
+    if "{when}" in ("during", "hung"):
         os.kill(os.getpid(), signal.{name})
         signal.pause()
     atexit.register(shutting_down)
@@ -258,7 +264,7 @@ cli.main()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("when", ["during", "after"])
+@pytest.mark.parametrize("when", ["during", "hung", "after"])
 def test_a_signal_during_or_after_a_command_ends_it_with_one_line_and_nothing_leaked(signum, when):
     """Interrupted, the exit hooks still release what multiprocessing made (else its
     tracker warns of leaked semaphores after our line); a signal once the command
@@ -268,7 +274,7 @@ def test_a_signal_during_or_after_a_command_ends_it_with_one_line_and_nothing_le
         [sys.executable, "-c", _AFTER_THE_COMMAND.format(name=signum.name, when=when)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=40,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
