@@ -32,6 +32,7 @@ __all__ = [
     "PlanError",
     "PolicyError",
     "ReplicaError",
+    "SignatureError",
     "SlurmError",
     "SlurmUnreachable",
     "StageAborted",
@@ -62,6 +63,11 @@ class ContributionError(InputError):
 
 class CaptureError(ContributionError):
     """A captured writer did something a checkpoint cannot take (or is not supported yet)."""
+
+
+class SignatureError(InputError, TypeError):
+    """A decorated function or a front end's call does not fit the stage (no step or
+    client parameter, no client count); a ``TypeError`` as Python's own call errors are."""
 
 
 class PolicyError(InputError):

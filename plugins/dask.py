@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.engine.cluster import IOCluster, discover_workers, scheduler_address
 from orchestrator.engine.security import load_credentials
-from orchestrator.errors import ContributionError, StageError
+from orchestrator.errors import ClusterError, ContributionError, StageError
 
 __all__ = ["contribute", "fail", "in_dask_task", "scheduler_client"]
 
@@ -127,7 +127,7 @@ def contribute(
         pool = compute or ionodes
         here = pool[client_id % len(pool)]
     else:
-        raise RuntimeError("not in a Dask task and no scheduler address given")
+        raise ClusterError("not in a Dask task and no scheduler address given")
     try:
         names = sorted(contributions)
         # inside a task this stores the values on this worker and tells the scheduler

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from orchestrator.errors import SignatureError
 from orchestrator.frontends.intercept import output_stage
 
 __all__ = ["output_app"]
@@ -97,7 +98,7 @@ def output_app(
     from parsl import join_app, python_app
 
     if stage_options.get("clients") is None:
-        raise TypeError("output_app needs clients=N: a step is written when N apps are in")
+        raise SignatureError("output_app needs clients=N: a step is written when N apps are in")
 
     def wrap(f: Callable[..., Any]) -> Any:
         stage = output_stage(**stage_options, wait=False)(f)

@@ -72,3 +72,24 @@ def test_the_public_api_resolves_every_name():
         assert getattr(orc, name) is not None, name
     assert callable(orc.policies) and callable(orc.simulate)  # functions, not the modules
     assert orc.write_stage.__module__ == "orchestrator.engine.stage"
+
+
+@pytest.mark.parametrize("name", errors.__all__)
+def test_every_error_is_public_and_documented(name):
+    """A user catches ``orc.StageAborted`` as any other error: every one is a top-level
+    name and has its entry in the API reference."""
+    import orchestrator as orc
+
+    assert getattr(orc, name) is getattr(errors, name)
+    assert f"autoexception:: orchestrator.errors.{name}\n" in (ROOT / "docs/api.rst").read_text()
+
+
+def test_a_function_that_cannot_be_a_stage_is_refused_with_our_error():
+    import orchestrator as orc
+
+    def save(step, data):  # no parameter naming the client
+        return data
+
+    with pytest.raises(orc.SignatureError, match="no parameter telling which client") as err:
+        orc.output_stage(save, target="x.h5", clients=2)
+    assert isinstance(err.value, TypeError)  # as Python's own call errors are

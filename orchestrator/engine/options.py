@@ -15,7 +15,7 @@ from typing import Any
 from .. import defaults
 from ..checks import is_int
 from ..cost import CostModel
-from ..errors import ContributionError, StageError
+from ..errors import ContributionError, InputError, StageError
 from ..layout import STRATEGIES, LayoutError
 from .storage import get_backend
 
@@ -79,7 +79,7 @@ class WriteOptions:
     >>> WriteOptions(window=0)
     Traceback (most recent call last):
     ...
-    orchestrator.errors.StageError: window must be a positive number of bytes, got 0
+    orchestrator.errors.InputError: window must be a positive number of bytes, got 0
     >>> WriteOptions(policy="ecf-ls").updated(moves="many")
     Traceback (most recent call last):
     ...
@@ -105,8 +105,8 @@ class WriteOptions:
     def __post_init__(self) -> None:
         w = self.window
         if not is_int(w, 1):
-            raise StageError(f"window must be a positive number of bytes, got {w!r}")
-        for name, error in (("stripe_bytes", LayoutError), ("n_ionodes", StageError)):
+            raise InputError(f"window must be a positive number of bytes, got {w!r}")
+        for name, error in (("stripe_bytes", LayoutError), ("n_ionodes", InputError)):
             v = getattr(self, name)
             if not is_int(v, 1, 2**62):
                 raise error(f"{name} must be an integer >= 1, got {v!r}")
@@ -116,7 +116,7 @@ class WriteOptions:
             )
         get_backend(self.format)  # an unknown format names itself and the known ones
         if self.direct is not None and not isinstance(self.direct, bool):
-            raise StageError(f"direct must be True, False or None, got {self.direct!r}")
+            raise InputError(f"direct must be True, False or None, got {self.direct!r}")
         for name in ("unique", "allow_missing", "overwrite"):
             if not isinstance(getattr(self, name), bool | int):
                 raise StageError(f"{name} must be True or False, got {getattr(self, name)!r}")

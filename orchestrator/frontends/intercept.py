@@ -47,6 +47,7 @@ from ..contributions import Contribution, ContributionError, DatasetSpec
 from ..engine.cluster import local_cluster
 from ..engine.options import WriteOptions
 from ..engine.storage import get_backend
+from ..errors import SignatureError
 from ..plugins import dask as dask_plugin
 from .checkpoint import Checkpoint
 
@@ -302,13 +303,13 @@ class OutputStage:
         self.signature = inspect.signature(func)
         params = self.signature.parameters
         if options.step is not None and options.step not in params:
-            raise TypeError(
+            raise SignatureError(
                 f"{func.__qualname__}: no parameter {options.step!r} for the step key; name it "
                 "with output_stage(step=...) or pass step=None (one step)"
             )
         client = options.client or next((p for p in CLIENT_PARAMS if p in params), None)
         if client is None or client not in params:
-            raise TypeError(
+            raise SignatureError(
                 f"{func.__qualname__}: no parameter telling which client calls "
                 f"(one of {list(CLIENT_PARAMS)}); name it with output_stage(client=...)"
             )
