@@ -35,8 +35,6 @@ _received: list[int] = []
 # Ctrl-C or scancel's SIGTERM a no-op)
 _COMPILER_RETRY = 0.05
 _COMPILER_PATIENCE = 10.0
-# how long an interrupted command's exit hooks may take
-_EXIT_PATIENCE = 3.0
 # signal -> when it was first held back; signals whose redelivery is under way
 _held: dict[int, float] = {}
 _resending: set[int] = set()
@@ -131,11 +129,11 @@ def _end_interrupted(signum: int) -> NoReturn:
         "temporary output was removed; checkpoints committed before are intact",
         file=sys.stderr,
     )
-    _leave(128 + signum)
+    _leave(128 + signum, interrupted=True)
 
 
-def _leave(code: int) -> NoReturn:
-    """End the process: the exit hooks, then ``os._exit`` instead of the interpreter's teardown.
+def _leave(code: int, interrupted: bool = False) -> NoReturn:
+    """End the process with ``os._exit``, never in the interpreter's teardown.
 
     Everything the command started is stopped by the time it returns (the
     cluster's ``with`` closed it, a stage's cleanup ran). What the teardown
@@ -143,11 +141,16 @@ def _leave(code: int) -> NoReturn:
     spends a second freeing Numba, llvmlite and SciPy, so a SIGTERM in that
     second killed a finished run (-15 instead of 0 or 143; CI, test_signals),
     and it crashed now and then with SIGSEGV in a library thread still alive
-    after an interrupt. The exit hooks do run: multiprocessing's releases the
-    nannies' semaphores (skipped, its tracker warned of "leaked semaphore
-    objects" after our last line), logging's and tempfile's flush and clean.
-    A signal while they run ends the process at once (the semaphores are
-    released before, so it leaks nothing either).
+    after an interrupt.
+
+    multiprocessing's semaphores are released first in every case (skipped,
+    its tracker warned of "leaked semaphore objects" after our last line, CI).
+    A command that ended on its own then runs the exit hooks (logging's,
+    tempfile's, Dask's); an interrupted one does not: they race what is still
+    stopping (multiprocessing's joins the workers Dask's threads are reaping,
+    and Dask logs "exit status was already read"; Dask's closes a cluster
+    interrupted while starting once more, waiting up to 10 s). A signal while
+    the hooks run ends the process at once.
     """
 
     def late(signum: int, frame: Any) -> None:
@@ -158,22 +161,13 @@ def _leave(code: int) -> NoReturn:
     for s in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(s) not in (signal.SIG_IGN, None):
             signal.signal(s, late)
-    if code != 0:
-        # interrupted: what the command started was stopped or given up on its way out;
-        # Dask's own hook would close a cluster interrupted while starting once more,
-        # waiting up to 10 s (seen), and no hook may keep an interrupted user waiting
-        spec = sys.modules.get("distributed.deploy.spec")
-        if spec is not None and hasattr(spec, "close_clusters"):
-            atexit.unregister(spec.close_clusters)
-        watchdog = threading.Timer(_EXIT_PATIENCE, os._exit, (code,))
-        watchdog.daemon = True
-        watchdog.start()
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
-        # first of all, as its own exit hook does first: the named semaphores, which
-        # a late signal cutting the hooks short would otherwise leave to the tracker
+        # as its own exit hook does first: unlink the named semaphores (and tell its
+        # tracker), so that neither a late signal nor an interrupt leaves them behind
         getattr(mp_util, "_run_finalizers", lambda minpriority: None)(0)
-    atexit._run_exitfuncs()
+    if not interrupted:
+        atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -196,6 +190,12 @@ def main() -> None:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     signal.signal(signal.SIGTERM, _terminate)
     sys.unraisablehook = _swallowed
+    # multiprocessing's resource tracker (started by the cluster's nannies, with this
+    # process's -W options) unlinks what a process left behind when it ends, and warns
+    # of each on our stderr after our last line: after a killed or interrupted run,
+    # while workers were still creating queues, "leaked semaphore objects" (CI). It
+    # cleans them up all the same; the warning is noise to a user of the command
+    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if ignored (nohup, &)
         signal.signal(signal.SIGINT, _interrupt)
     from ..kernels import refresh_cache  # here, once, before any worker loads a kernel

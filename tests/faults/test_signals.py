@@ -326,3 +326,26 @@ def test_a_signal_landing_in_a_finalizer_still_interrupts_the_command(signum):
     assert "went on" not in run.stderr, run.stderr
     lines = run.stderr.strip().splitlines()
     assert lines[0] == "cleaned up" and lines[-1].startswith("iorch: "), run.stderr
+
+
+_KILLED_WITH_SEMAPHORES = """
+import multiprocessing, os, signal, sys
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+def app():
+    queues = [multiprocessing.get_context("spawn").Queue() for _ in range(2)]
+    os.kill(os.getpid(), signal.SIGKILL)  # nothing of ours runs: the tracker cleans up
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+def test_semaphores_left_by_a_killed_command_are_cleaned_up_without_noise():
+    run = subprocess.run(
+        [sys.executable, "-c", _KILLED_WITH_SEMAPHORES], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr)
+    assert "leaked" not in run.stderr and "warn" not in run.stderr, run.stderr
