@@ -212,12 +212,24 @@ def main() -> None:
             _end_interrupted(int(stop.code) - 128)
         if _received and stop.code not in (0, None):
             _end_interrupted(_received[0])
-        _leave(_exit_code(stop))
+        _leave(_completed_despite_a_signal() if _received else _exit_code(stop))
     except BaseException:
         if _received:
             _end_interrupted(_received[0])
         raise
-    _leave(0)  # an app that returns instead of raising SystemExit(0)
+    # an app that returns instead of raising SystemExit(0)
+    _leave(_completed_despite_a_signal() if _received else 0)
+
+
+def _completed_despite_a_signal() -> int:
+    # a signal arrived and the command still completed: its exception was lost where a
+    # library turned it into its own and carried on (seen once: a SIGTERM inside
+    # matplotlib's import of its 3D axes, which it reports as a warning). The work is
+    # done and committed; the exit status still says the signal came
+    signum = _received[0]
+    name = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    print(f"iorch: {name} as it ended; the command had completed", file=sys.stderr)
+    return 128 + signum
 
 
 def __getattr__(name: str) -> Any:

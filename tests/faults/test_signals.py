@@ -349,3 +349,39 @@ def test_semaphores_left_by_a_killed_command_are_cleaned_up_without_noise():
     )
     assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr)
     assert "leaked" not in run.stderr and "warn" not in run.stderr, run.stderr
+
+
+_SIGNAL_TURNED_INTO_A_LIBRARY_ERROR = """
+import os, signal, sys
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+def app():
+    try:
+        os.kill(os.getpid(), signal.{name})
+        signal.pause()
+    except BaseException:
+        # what matplotlib's import of its 3D axes did with a SIGTERM: its own error,
+        # reported as a warning, and the program went on
+        print("warning: Unable to import Axes3D", file=sys.stderr)
+    print("completed", file=sys.stderr)
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_command_completing_despite_a_signal_still_reports_it(signum):
+    run = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_TURNED_INTO_A_LIBRARY_ERROR.format(name=signum.name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert run.returncode == 128 + signum, (run.returncode, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert lines[-2] == "completed" and lines[-1].startswith("iorch: "), run.stderr
+    assert "had completed" in lines[-1], run.stderr
