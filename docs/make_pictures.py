@@ -40,15 +40,30 @@ def write_slurm_script(out: Path) -> None:
     import typer.main
 
     from orchestrator.cli import app
-    from orchestrator.cli.slurm import _script
+    from orchestrator.cli.slurm import script_text
 
-    text = _script(
-        "bips3d", ["--parts", "64", "--load", "100"], nodes=4, io_nodes="1", ionodes=4,
-        shared_nodes=None, compute_per_node=1, local_directory=None, time_limit="00:30:00",
-        partition="compute", account="myproject", job_name=None, output=None, exclusive=True,
-        sbatch=None, check=False, origin=SLURM_EXAMPLE, workdir="/scratch/me/run1",
-        python_bin="/home/me/venv/bin", root=typer.main.get_command(app),
-    )  # fmt: skip
+    text = script_text(
+        "bips3d",
+        ["--parts", "64", "--load", "100"],
+        nodes=4,
+        io_nodes="1",
+        ionodes=4,
+        shared_nodes=None,
+        compute_per_node=1,
+        local_directory=None,
+        time_limit="00:30:00",
+        partition="compute",
+        account="myproject",
+        job_name=None,
+        output=None,
+        exclusive=True,
+        sbatch=None,
+        check=False,
+        origin=SLURM_EXAMPLE,
+        workdir="/scratch/me/run1",
+        python_bin="/home/me/venv/bin",
+        root=typer.main.get_command(app),
+    )  # fmt: skip  (the call reads as the command line it stands for)
     (out / "bips3d-4nodes.sbatch").write_text(text)
 
 

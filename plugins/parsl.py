@@ -107,7 +107,7 @@ def output_app(
 
         @functools.wraps(f)
         def join(*args: Any, **kwargs: Any) -> Future[Any]:
-            step, _ = stage._key(args, kwargs)
+            step, _ = stage.key(args, kwargs)
             done = steps.add(step)
             body(*args, **kwargs).add_done_callback(functools.partial(steps.settle, step))
             return done

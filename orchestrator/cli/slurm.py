@@ -93,7 +93,7 @@ def _workflow_command(root: Any, workflow: str) -> Any:
     return group.commands[workflow]
 
 
-def _script(
+def script_text(
     workflow: str,
     args: list[str],
     nodes: int,
@@ -119,6 +119,19 @@ def _script(
 
     ``root`` is the ``iorch`` click command (``ctx.find_root().command`` in a
     command, ``typer.main.get_command(orchestrator.cli.app)`` elsewhere).
+    ``iorch slurm script`` prints what this returns; the docs draw their
+    example with it.
+
+    Examples
+    --------
+    >>> import typer.main
+    >>> from orchestrator.cli import app
+    >>> text = script_text(
+    ...     "bips3d", [], nodes=2, io_nodes="1", ionodes=2, shared_nodes=None,
+    ...     compute_per_node=1, local_directory=None, time_limit="00:10:00",
+    ...     partition=None, account=None, job_name=None, output=None, exclusive=False,
+    ...     sbatch=None, check=False, origin="iorch slurm script", workdir="/scratch/run",
+    ...     root=typer.main.get_command(app))  # doctest: +SKIP
     """
     # the Slurm plugin loads when a slurm command runs, not at iorch --help
     from ..plugins.slurm import (
@@ -235,7 +248,7 @@ def script_cmd(
     try:
         if submitting and not check:
             raise SlurmError("--no-check: submit always checks the partition (sbatch would too)")
-        text = _script(
+        text = script_text(
             workflow,
             list(ctx.args),
             nodes,

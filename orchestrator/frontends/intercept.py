@@ -332,7 +332,16 @@ class OutputStage:
         """The stage's name (the function's)."""
         return str(self.func.__name__)
 
-    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
+        """``(step, client)`` of a call with these arguments (the function's defaults apply).
+
+        Examples
+        --------
+        >>> def save(step, rank):
+        ...     return {}
+        >>> output_stage(save, target="ckpt/s{step}.h5", clients=4).key((3,), {"rank": 1})
+        (3, 1)
+        """
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         step = bound.arguments[self.options.step] if self.options.step else 0
@@ -344,7 +353,7 @@ class OutputStage:
         return step, int(client)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        step, client = self._key(args, kwargs)
+        step, client = self.key(args, kwargs)
         opts = self.options
         scheduler = opts.scheduler or os.environ.get(SCHEDULER_ENV)
         if dask_plugin.in_dask_task() or (scheduler and opts.cluster is None):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from orchestrator.errors import SlurmError
 
-from .hostlist import _cpus_per_node, expand_hostlist
+from .hostlist import cpus_per_node, expand_hostlist
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Allocation:
         nodes = tuple(expand_hostlist(nodelist))
         cpus_spec = env.get("SLURM_JOB_CPUS_PER_NODE")
         if cpus_spec:
-            cpus = tuple(_cpus_per_node(cpus_spec, len(nodes)))
+            cpus = tuple(cpus_per_node(cpus_spec, len(nodes)))
         else:
             cpus = (os.cpu_count() or 1,) * len(nodes)
         mem = env.get("SLURM_MEM_PER_NODE")

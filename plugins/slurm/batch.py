@@ -15,7 +15,8 @@ from pathlib import Path
 from orchestrator.errors import SlurmError, SlurmUnreachable
 
 _TIME = re.compile(r"([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}")
-_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+#: what Slurm takes as a partition, account or job name without quoting
+SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 #: Slurm keeps a time limit in 32-bit minutes; all ones means INFINITE
 _SLURM_MAX_MINUTES = 2**32 - 1
 
@@ -100,7 +101,7 @@ def batch_script(
             f"({_SLURM_MAX_MINUTES - 1:,} minutes)"
         )
     for name, val in (("--partition", partition), ("--account", account), ("--job-name", job_name)):
-        if val is not None and not _NAME.fullmatch(val):
+        if val is not None and not SLURM_NAME.fullmatch(val):
             raise SlurmError(f"{name} {val!r}: letters, digits and . _ + - only")
     # one #SBATCH line each: white space or a line break would end the option
     # or start a command of its own

@@ -91,8 +91,14 @@ def _ranges(spec: str, body: str) -> list[str]:
     return out
 
 
-def _cpus_per_node(spec: str, n: int) -> list[int]:
-    """``SLURM_JOB_CPUS_PER_NODE`` (``"36(x2),12"``) as one count per node."""
+def cpus_per_node(spec: str, n: int) -> list[int]:
+    """``SLURM_JOB_CPUS_PER_NODE`` (``"36(x2),12"``) as one count per node of ``n``.
+
+    Examples
+    --------
+    >>> cpus_per_node("36(x2),12", 3)
+    [36, 36, 12]
+    """
     out: list[int] = []
     for part in spec.split(","):
         m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)

@@ -20,7 +20,7 @@ from orchestrator.engine.cluster import (
 from orchestrator.errors import SlurmError
 from orchestrator.frontends.intercept import SCHEDULER_ENV
 
-from .batch import _NAME, check_partition
+from .batch import SLURM_NAME, check_partition
 
 
 def jobqueue_cluster(
@@ -176,7 +176,7 @@ def parsl_config(
     from parsl.providers import SlurmProvider
 
     for name, val in (("partition", partition), ("account", account)):
-        if val is not None and not _NAME.fullmatch(val):
+        if val is not None and not SLURM_NAME.fullmatch(val):
             raise SlurmError(f"{name} {val!r}: letters, digits and . _ + - only")
     init = (
         f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
