@@ -26,3 +26,30 @@ def test_every_package_folder_is_declared_and_every_declared_package_exists():
             if "__pycache__" in folder.parts:
                 continue
             assert folder in folders, f"{folder.relative_to(ROOT)} is not in pyproject's packages"
+
+
+def test_the_layer_contracts_name_every_module_of_the_package():
+    """A module added to ``orchestrator/`` is seen by the contracts that list sources: a
+    new module missing from "nothing imports the command line" could import it unseen."""
+    contracts = {
+        c["name"]: c
+        for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+            "contracts"
+        ]
+    }
+    modules = {
+        f"orchestrator.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "orchestrator").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    for name, exempt in (
+        ("Nothing imports the command line", {"orchestrator.cli", "orchestrator.slurmcli"}),
+        (
+            "Only the command line imports the benchmarks",
+            {"orchestrator.cli", "orchestrator.bench", "orchestrator.slurmcli"},
+        ),
+    ):
+        listed = set(contracts[name]["source_modules"])
+        assert modules - exempt <= listed, (name, sorted(modules - exempt - listed))
+    kernels = set(contracts["Kernels import nothing else from the package"]["forbidden_modules"])
+    assert modules - {"orchestrator.kernels"} <= kernels, sorted(modules - kernels)

@@ -39,6 +39,8 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..errors import StorageError
+
 __all__ = [
     "STAGING_ENV",
     "open_staging",
@@ -283,8 +285,6 @@ def read_staged(
     >>> os.listdir(d)
     []
     """
-    from ..errors import StorageError
-
     name = _stripe_file(dataset, base)
     try:
         dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 from ..contributions import DatasetSpec
 from ..errors import CheckpointError, OrchestratorError, StorageError
 from ..layout import StripeLayout
+from .buffers import STRIPES
 
 __all__ = [
     "Backend",
@@ -111,7 +112,7 @@ def fold_crc32(crcs: Sequence[int], lengths: Sequence[int]) -> int:
         return acc
     import numpy as np
 
-    from ..kernels import crc
+    from ..kernels import crc  # Numba: loaded only where a stripe's pieces are folded
 
     return int(crc.fold(np.array(crcs, dtype=np.uint32), np.array(lengths, dtype=np.int64)))
 
@@ -366,8 +367,6 @@ class WholeStripeWriter(Writer):
         """Store stripe ``k`` (complete, or padded at flush), its spilled pieces read back."""
         import numpy as np
 
-        from .buffers import STRIPES
-
         st = self.open.pop((name, k))
         size = self._size(name, k)
         got = st.held + sum(n for _, n in st.spilled)
@@ -453,8 +452,6 @@ class WholeStripeWriter(Writer):
         [False, False, True]
         """
         import numpy as np
-
-        from .buffers import STRIPES
 
         by_stripe: dict[tuple[str, int], list[int]] = {}
         for i, (name, off, _) in enumerate(pieces):
