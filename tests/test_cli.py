@@ -242,3 +242,31 @@ def test_mesh_dump_family_is_what_the_stage_schedules():
     names = [f.name for f in families(quick=False)]
     assert "mesh-idg" in names and "mesh-metis" in names
     assert not any(n.startswith("mesh-") for n in (f.name for f in families(quick=True)))
+
+
+def test_one_handler_a_user_error_is_one_line_and_2_a_bug_keeps_its_traceback():
+    """Every command goes through the one handler: our errors and the files a user named
+    end with one line and exit code 2; anything else is a bug and shows where (exit 1)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from orchestrator.cli._common import handled
+    from orchestrator.errors import PolicyError
+
+    app = typer.Typer()
+
+    @app.command()
+    def go(kind: str) -> None:
+        if kind == "user":
+            raise PolicyError("--policy: unknown policy 'ecff'")
+        if kind == "file":
+            open("/nonexistent/transfers.csv")
+        raise KeyError("a bug")
+
+    app.registered_commands[0].callback = handled(go)
+    runner = CliRunner()
+    for kind, message in (("user", "unknown policy 'ecff'"), ("file", "transfers.csv")):
+        res = runner.invoke(app, [kind])
+        assert res.exit_code == 2 and message in res.output, (kind, res.output)
+    res = runner.invoke(app, ["bug"])
+    assert res.exit_code == 1 and isinstance(res.exception, KeyError)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -21,6 +24,7 @@ __all__ = [
     "cost_model",
     "err",
     "fail",
+    "handled",
     "load_transfers",
     "options",
     "progress",
@@ -36,8 +40,36 @@ USER_ERRORS = (OrchestratorError, OSError)
 
 
 def fail(msg: str) -> typer.Exit:
+    """Print ``msg`` as the command's one error line; the returned ``Exit`` (code 2) ends it.
+
+    Examples
+    --------
+    >>> raise fail("--size: '3 apples' is not a size")  # doctest: +SKIP
+    """
     err.print(f"[bold red]error:[/] {msg}")
     return typer.Exit(code=2)
+
+
+def handled(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with the one error handler of every ``iorch`` command.
+
+    What the user can fix (:data:`USER_ERRORS`) becomes one line and exit
+    code 2; anything else is a bug and keeps its traceback (exit code 1).
+    Typer reads the wrapped function's signature (``functools.wraps``).
+
+    Examples
+    --------
+    >>> app.command("verify")(handled(verify_cmd))  # doctest: +SKIP
+    """
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except USER_ERRORS as e:
+            raise fail(str(e)) from None
+
+    return run
 
 
 #: the --format help: every registered format, entry points of installed packages included

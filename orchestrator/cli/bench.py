@@ -23,11 +23,9 @@ from ..plots import close, sweep_plot
 from ..policies import PolicyError, policies
 from ._common import (
     FORMATS,
-    USER_ERRORS,
     console,
     cost_model,
     err,
-    fail,
     progress,
 )
 
@@ -60,10 +58,7 @@ def bench_schedulers(
 
     Example: ``iorch bench schedulers --quick --out out/demo``
     """
-    try:
-        cm = cost_model(cost)
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    cm = cost_model(cost)
     n_seeds = seeds if seeds is not None else (1 if quick else 3)
     out.mkdir(parents=True, exist_ok=True)
     names = bench.default_names()
@@ -120,10 +115,7 @@ def bench_optimal(
     """
     from ..bench import optimal as optbench  # loaded when the command runs, not at iorch --help
 
-    try:
-        cm = cost_model(cost)
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    cm = cost_model(cost)
     limit = exact_limit if exact_limit is not None else (2.0 if quick else 10.0)
     fams = optbench.families(quick, seeds)
     console.print(
@@ -306,45 +298,42 @@ def write_bench_cmd(
     # bench.write loads distributed: when the command runs, not at iorch --help
     from ..bench.write import ionode_peak_rss, parse_size, run
 
-    try:
-        nbytes, stripe_bytes = parse_size(size, "--size"), parse_size(stripe, "--stripe")
-        win = parse_size(window, "--window") if window else None
-        names = sorted(policies()) if policy == "all" else [p.strip() for p in policy.split(",")]
-        for n in names:
-            if n not in policies():
-                raise PolicyError(f"unknown policy {n!r}; choose one of {sorted(policies())}")
-        out.mkdir(parents=True, exist_ok=True)
-        # the stage's data is held in memory by the compute workers, then written once
-        # by each policy (one at a time, each deleted before the next)
-        check_disk(out, 2 * nbytes, f"--size {size}: the output and the raw probe", InputError)
-        check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
-        mem = memory if memory == "auto" else parse_size(memory, "--memory")
-        with (
-            local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem, security=tls) as cl,
-            progress() as prog,
-        ):
-            n_jobs = len(names) + 1 + (4 if anchors else 0)
-            task = prog.add_task("write-bench", total=n_jobs * repeat)
-            if gantt is not None:
-                gantt.mkdir(parents=True, exist_ok=True)
-            rows = run(
-                cl,
-                out,
-                nbytes,
-                clients,
-                format,
-                names,
-                stripe_bytes,
-                strategy,
-                advance=lambda msg: prog.update(task, advance=1, description=msg),
-                gantt_dir=gantt,
-                repeat=repeat,
-                anchors=anchors,
-                window=win,
-            )
-            rss = ionode_peak_rss(cl)
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    nbytes, stripe_bytes = parse_size(size, "--size"), parse_size(stripe, "--stripe")
+    win = parse_size(window, "--window") if window else None
+    names = sorted(policies()) if policy == "all" else [p.strip() for p in policy.split(",")]
+    for n in names:
+        if n not in policies():
+            raise PolicyError(f"unknown policy {n!r}; choose one of {sorted(policies())}")
+    out.mkdir(parents=True, exist_ok=True)
+    # the stage's data is held in memory by the compute workers, then written once
+    # by each policy (one at a time, each deleted before the next)
+    check_disk(out, 2 * nbytes, f"--size {size}: the output and the raw probe", InputError)
+    check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
+    mem = memory if memory == "auto" else parse_size(memory, "--memory")
+    with (
+        local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem, security=tls) as cl,
+        progress() as prog,
+    ):
+        n_jobs = len(names) + 1 + (4 if anchors else 0)
+        task = prog.add_task("write-bench", total=n_jobs * repeat)
+        if gantt is not None:
+            gantt.mkdir(parents=True, exist_ok=True)
+        rows = run(
+            cl,
+            out,
+            nbytes,
+            clients,
+            format,
+            names,
+            stripe_bytes,
+            strategy,
+            advance=lambda msg: prog.update(task, advance=1, description=msg),
+            gantt_dir=gantt,
+            repeat=repeat,
+            anchors=anchors,
+            window=win,
+        )
+        rss = ionode_peak_rss(cl)
     win_bytes = win or DEFAULT_WINDOW
     raw = next(r for r in rows if r.name == "raw sequential write")
     h5 = next((r for r in rows if r.name.startswith("h5py")), None)
@@ -469,20 +458,17 @@ def bench_idg(
     gen, parts = ((1, 2), (8, 64)) if quick else ((1, 2, 3, 4), (8, 16, 32, 64))
     if kernel_nodes is None:
         kernel_nodes = 1_000_000 if quick else 10_000_000
-    try:
-        with progress() as prog:
-            n_real = 3 if real is not None else 0
-            task = prog.add_task("Table 4", total=n_real + len(gen) * len(parts))
-            step = partial(prog.update, task, advance=1)
-            rows = table4(
-                real, generated=gen, parts=parts, seed=seed, advance=lambda m: step(description=m)
-            )
-            timing = None
-            if kernel_nodes:
-                prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
-                timing = kernel_timing(kernel_nodes, seed=seed)
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    with progress() as prog:
+        n_real = 3 if real is not None else 0
+        task = prog.add_task("Table 4", total=n_real + len(gen) * len(parts))
+        step = partial(prog.update, task, advance=1)
+        rows = table4(
+            real, generated=gen, parts=parts, seed=seed, advance=lambda m: step(description=m)
+        )
+        timing = None
+        if kernel_nodes:
+            prog.update(task, description=f"kernel timing on {kernel_nodes:,} nodes")
+            timing = kernel_timing(kernel_nodes, seed=seed)
     if real is None:
         err.print("the real BIPS3D mesh is not on this machine: generated meshes only")
     t = Table(
@@ -576,39 +562,36 @@ def bench_stage(
     # engine.measure loads distributed: when the command runs, not at iorch --help
     from ..engine.measure import parse_size
 
-    try:
-        if quick:
-            sizes, tasks = "256MiB", "16"
-        size_list = [parse_size(x, "--sizes") for x in sizes.split(",")]
-        task_list = [int(x) for x in tasks.split(",")]
-        fmt_list = [x.strip() for x in formats.split(",")]
-        for f in fmt_list:
-            if f not in ("hdf5", "zarr"):
-                raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
-        if policy not in policies():
-            raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
-        # bench.stage loads distributed: when the command runs, not at iorch --help
-        from ..bench.stage import run as run_bench
+    if quick:
+        sizes, tasks = "256MiB", "16"
+    size_list = [parse_size(x, "--sizes") for x in sizes.split(",")]
+    task_list = [int(x) for x in tasks.split(",")]
+    fmt_list = [x.strip() for x in formats.split(",")]
+    for f in fmt_list:
+        if f not in ("hdf5", "zarr"):
+            raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
+    if policy not in policies():
+        raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
+    # bench.stage loads distributed: when the command runs, not at iorch --help
+    from ..bench.stage import run as run_bench
 
-        total = len(size_list) * len(task_list) * len(fmt_list)
-        with (
-            local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl,
-            progress() as prog,
-        ):
-            task = prog.add_task("bench stage", total=total)
-            step = partial(prog.update, task, advance=1)
-            rows = run_bench(
-                cl,
-                out,
-                size_list,
-                task_list,
-                fmt_list,
-                policy=policy,
-                advance=lambda m: step(description=m),
-                repeat=repeat,
-            )
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    total = len(size_list) * len(task_list) * len(fmt_list)
+    with (
+        local_cluster(n_ionodes=ionodes, n_compute=2, memory_limit="6GiB") as cl,
+        progress() as prog,
+    ):
+        task = prog.add_task("bench stage", total=total)
+        step = partial(prog.update, task, advance=1)
+        rows = run_bench(
+            cl,
+            out,
+            size_list,
+            task_list,
+            fmt_list,
+            policy=policy,
+            advance=lambda m: step(description=m),
+            repeat=repeat,
+        )
     console.print(
         f"bench stage: {ionodes} I/O workers, 2 compute workers, policy {policy}; baseline = "
         "each task writes its block into the shared target under a lock (h5py / zarr)",

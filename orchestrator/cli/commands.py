@@ -11,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from . import bench, run, scheduling
+from ._common import handled
 from .slurm import slurm_app
 
 app = typer.Typer(
@@ -27,14 +28,14 @@ app.add_typer(run_app, name="run")
 app.add_typer(slurm_app, name="slurm")
 
 # in the order ``iorch --help`` lists them
-app.command("policies")(scheduling.policies_cmd)
-app.command("schedule")(scheduling.schedule_cmd)
-workload_app.command("bidding")(scheduling.workload_bidding)
-app.command("cost")(scheduling.cost_cmd)
-bench_app.command("schedulers")(bench.bench_schedulers)
-bench_app.command("optimal")(bench.bench_optimal)
-app.command("write-bench")(bench.write_bench_cmd)
-bench_app.command("idg")(bench.bench_idg)
-bench_app.command("stage")(bench.bench_stage)
-run_app.command("bips3d")(run.run_bips3d)
-app.command("verify")(run.verify_cmd)
+app.command("policies")(handled(scheduling.policies_cmd))
+app.command("schedule")(handled(scheduling.schedule_cmd))
+workload_app.command("bidding")(handled(scheduling.workload_bidding))
+app.command("cost")(handled(scheduling.cost_cmd))
+bench_app.command("schedulers")(handled(bench.bench_schedulers))
+bench_app.command("optimal")(handled(bench.bench_optimal))
+app.command("write-bench")(handled(bench.write_bench_cmd))
+bench_app.command("idg")(handled(bench.bench_idg))
+bench_app.command("stage")(handled(bench.bench_stage))
+run_app.command("bips3d")(handled(run.run_bips3d))
+app.command("verify")(handled(run.verify_cmd))

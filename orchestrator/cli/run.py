@@ -17,10 +17,8 @@ from ..policies import PolicyError, policies
 from ..replicas import METHODS
 from ._common import (
     FORMATS,
-    USER_ERRORS,
     console,
     err,
-    fail,
     progress,
 )
 from .slurm import (
@@ -80,67 +78,64 @@ def run_bips3d(
     from ..plugins.slurm import workflow_cluster  # Slurm only where a workflow runs
     from ..workflows import bips3d  # the workflow too
 
-    try:
-        methods = list(METHODS) if assign == "all" else [m.strip() for m in assign.split(",")]
-        for m in methods:
-            if m not in METHODS:
-                raise InputError(f"--assign: unknown method {m!r}; choose from {list(METHODS)}")
-        if strategy not in bips3d.STRATEGIES:
-            raise InputError(f"--strategy: {strategy!r} is not one of {list(bips3d.STRATEGIES)}")
-        if policy not in policies():
-            raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
-        stripe_bytes = parse_size(stripe, "--stripe")
-        if mesh is None and nodes is None:
-            mesh = bips3d.default_mesh()
-            if mesh is None:
-                err.print("the real BIPS3D mesh is not on this machine: generating 32,888 nodes")
-                nodes = 32_888
-        out.mkdir(parents=True, exist_ok=True)
-        with progress() as prog:
-            task = prog.add_task("reading and partitioning the mesh", total=None)
-            case = bips3d.load_case(mesh, nodes, parts=parts, halo=halo, seed=seed)
-            prog.update(task, description="starting the cluster")
-            nbytes = case.n_nodes * load * 8
-            raw = raw_write_bandwidth(out, max(nbytes, 8 << 20))
-            with workflow_cluster(
-                cluster,
-                ionodes,
-                io_nodes,
-                shared_nodes,
-                compute_per_node,
-                local_directory,
-                announce=err.print,
-            ) as cl:
-                n_io = cl.n_ionodes
-                # planning and the auto rule see this machine's link and disk, measured
-                cost = calibrated_cost(
-                    cl,
-                    raw,
-                    max(nbytes, 32 << 20),
-                    directory=out,
-                    fmt=format,
-                    stripe_bytes=stripe_bytes,
-                )
-                net = cost.network_bandwidth * n_io
-                total = repeat * (1 if strategy == "sequential" else len(methods))
-                prog.update(task, description="dumping", total=total)
-                results = bips3d.run_methods(
-                    case,
-                    cl,
-                    out,
-                    methods,
-                    load=load,
-                    repeat=repeat,
-                    policy=policy,
-                    strategy=strategy,
-                    format=format,
-                    stripe_bytes=stripe_bytes,
-                    cost=cost,
-                    seed=seed,
-                    advance=lambda msg: prog.update(task, advance=1, description=f"dumped {msg}"),
-                )
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    methods = list(METHODS) if assign == "all" else [m.strip() for m in assign.split(",")]
+    for m in methods:
+        if m not in METHODS:
+            raise InputError(f"--assign: unknown method {m!r}; choose from {list(METHODS)}")
+    if strategy not in bips3d.STRATEGIES:
+        raise InputError(f"--strategy: {strategy!r} is not one of {list(bips3d.STRATEGIES)}")
+    if policy not in policies():
+        raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
+    stripe_bytes = parse_size(stripe, "--stripe")
+    if mesh is None and nodes is None:
+        mesh = bips3d.default_mesh()
+        if mesh is None:
+            err.print("the real BIPS3D mesh is not on this machine: generating 32,888 nodes")
+            nodes = 32_888
+    out.mkdir(parents=True, exist_ok=True)
+    with progress() as prog:
+        task = prog.add_task("reading and partitioning the mesh", total=None)
+        case = bips3d.load_case(mesh, nodes, parts=parts, halo=halo, seed=seed)
+        prog.update(task, description="starting the cluster")
+        nbytes = case.n_nodes * load * 8
+        raw = raw_write_bandwidth(out, max(nbytes, 8 << 20))
+        with workflow_cluster(
+            cluster,
+            ionodes,
+            io_nodes,
+            shared_nodes,
+            compute_per_node,
+            local_directory,
+            announce=err.print,
+        ) as cl:
+            n_io = cl.n_ionodes
+            # planning and the auto rule see this machine's link and disk, measured
+            cost = calibrated_cost(
+                cl,
+                raw,
+                max(nbytes, 32 << 20),
+                directory=out,
+                fmt=format,
+                stripe_bytes=stripe_bytes,
+            )
+            net = cost.network_bandwidth * n_io
+            total = repeat * (1 if strategy == "sequential" else len(methods))
+            prog.update(task, description="dumping", total=total)
+            results = bips3d.run_methods(
+                case,
+                cl,
+                out,
+                methods,
+                load=load,
+                repeat=repeat,
+                policy=policy,
+                strategy=strategy,
+                format=format,
+                stripe_bytes=stripe_bytes,
+                cost=cost,
+                seed=seed,
+                advance=lambda msg: prog.update(task, advance=1, description=f"dumped {msg}"),
+            )
     _report_bips3d(case, results, raw, net, load, policy, format, n_io, stripe_bytes, out)
 
 
@@ -260,10 +255,7 @@ def verify_cmd(
     # engine.stage loads distributed: when the command runs, not at iorch --help
     from ..engine.stage import verify
 
-    try:
-        bad = verify(path)
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    bad = verify(path)
     if bad:
         for line in bad:
             err.print(f"[bold red]mismatch:[/] {line}")

@@ -18,10 +18,8 @@ from ..plots import gantt as draw
 from ..policies import policies, schedule
 from ..workload import bidding_workload
 from ._common import (
-    USER_ERRORS,
     console,
     cost_model,
-    fail,
     load_transfers,
     options,
 )
@@ -63,20 +61,17 @@ def schedule_cmd(
 
     Example: ``iorch schedule --transfers t.csv --policy split-opt --option min_piece=1048576``
     """
-    try:
-        ts = load_transfers(transfers)
-        opts: dict[str, object] = {} if block_size is None else {"block_size": block_size}
-        opts |= options(option or [], policy)
-        plan = schedule(ts, policy, cost=cost_model(cost), seed=seed, **opts)
-        plan.validate()
-        # both outputs or neither: each is written aside and renamed at the end
-        with ExitStack() as outputs:
-            if out is not None:
-                plan.to_csv(outputs.enter_context(atomic_path(out)))
-            if gantt is not None:
-                close(draw(plan, path=outputs.enter_context(atomic_path(gantt))))
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    ts = load_transfers(transfers)
+    opts: dict[str, object] = {} if block_size is None else {"block_size": block_size}
+    opts |= options(option or [], policy)
+    plan = schedule(ts, policy, cost=cost_model(cost), seed=seed, **opts)
+    plan.validate()
+    # both outputs or neither: each is written aside and renamed at the end
+    with ExitStack() as outputs:
+        if out is not None:
+            plan.to_csv(outputs.enter_context(atomic_path(out)))
+        if gantt is not None:
+            close(draw(plan, path=outputs.enter_context(atomic_path(gantt))))
     t = Table(title=f"{plan.policy} on {transfers.name} ({plan.cost.name} cost model)")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -113,11 +108,8 @@ def workload_bidding(
 
     Example: ``iorch workload bidding --out t.csv --ionodes 32 --busy 0.3 --large 0.1``
     """
-    try:
-        ts = bidding_workload(ionodes, busy, large, n_clients=clients, seed=seed)
-        ts.save_npz(out) if out.suffix == ".npz" else ts.to_csv(out)
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    ts = bidding_workload(ionodes, busy, large, n_clients=clients, seed=seed)
+    ts.save_npz(out) if out.suffix == ".npz" else ts.to_csv(out)
     console.print(f"{ts!r} written to {out}")
 
 
@@ -128,7 +120,4 @@ def cost_cmd(
 
     Example: ``iorch cost modern > modern.json``
     """
-    try:
-        console.print_json(json.dumps(get_cost_model(preset).to_dict()))
-    except USER_ERRORS as e:
-        raise fail(str(e)) from None
+    console.print_json(json.dumps(get_cost_model(preset).to_dict()))
