@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .cost import PRESETS, CostModel, get_cost_model
     from .engine.cluster import IOCluster, connect, local_cluster
     from .engine.stage import StageResult, WriteOptions, open_datasets, verify, write_stage
+    from .engine.storage import Backend, backend_names, register_backend, unregister_backend
     from .errors import (
         CaptureError,
         CheckpointError,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from .frontends.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
     from .frontends.intercept import OutputStage, output_stage, set_default_cluster
     from .plan import Plan, Units, lower_bound
-    from .policies import Policy, policies, schedule
+    from .policies import Policy, policies, register_policy, schedule, unregister_policy
     from .replicas import IntervalStats, ReplicaSets, assign, interval_stats, replica_sets
     from .simulate import Simulation, simulate
     from .transfers import TransferSet
@@ -96,7 +97,8 @@ _LAZY = {
     ),
     "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
     "plan": ("Plan", "Units", "lower_bound"),
-    "policies": ("Policy", "policies", "schedule"),
+    "policies": ("Policy", "policies", "register_policy", "schedule", "unregister_policy"),
+    "engine.storage": ("Backend", "backend_names", "register_backend", "unregister_backend"),
     "replicas": ("IntervalStats", "ReplicaSets", "assign", "interval_stats", "replica_sets"),
     "simulate": ("Simulation", "simulate"),
     "engine.stage": ("StageResult", "WriteOptions", "open_datasets", "verify", "write_stage"),
@@ -138,6 +140,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "Backend",
     "CaptureError",
     "Checkpoint",
     "CheckpointError",
@@ -176,6 +179,7 @@ __all__ = [
     "WriteOptions",
     "__version__",
     "assign",
+    "backend_names",
     "capture",
     "connect",
     "get_cost_model",
@@ -187,10 +191,14 @@ __all__ = [
     "open_datasets",
     "output_stage",
     "policies",
+    "register_backend",
+    "register_policy",
     "replica_sets",
     "schedule",
     "set_default_cluster",
     "simulate",
+    "unregister_backend",
+    "unregister_policy",
     "verify",
     "write_stage",
 ]
