@@ -44,6 +44,18 @@ def _alive(pid):
     return state != "Z"
 
 
+def _run_script(script, timeout=120):
+    """Run ``script`` (a fake ``iorch`` whose command is the script's ``app``) as a user's
+    foreground process would run: SIGINT not ignored."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_at_any_point_of_a_run_ends_it_cleanly(tmp_path, signum):
     rng = np.random.default_rng(int(signum))
@@ -100,13 +112,7 @@ cli.main()
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_library_error_raised_by_the_interrupt_itself_still_ends_as_an_interrupt(signum):
-    run = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_INTERRUPTED_HALFWAY.format(name=signum.name)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    run = _run_script(_LIBRARY_INTERRUPTED_HALFWAY.format(name=signum.name), timeout=120)
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "Traceback" not in run.stderr, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("iorch: "), run.stderr
@@ -155,13 +161,7 @@ cli.main()
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_inside_the_compiler_is_delivered_once_the_kernel_is_compiled(signum):
-    run = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_INSIDE_THE_COMPILER.format(name=signum.name)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    run = _run_script(_SIGNAL_INSIDE_THE_COMPILER.format(name=signum.name), timeout=120)
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "Traceback" not in run.stderr and "ignored" not in run.stderr, run.stderr
     lines = run.stderr.strip().splitlines()
@@ -270,13 +270,7 @@ def test_a_signal_during_or_after_a_command_ends_it_with_one_line_and_nothing_le
     tracker warns of leaked semaphores after our line); a signal once the command
     has finished ends the exit at once with 128 + signal, never the default -signal
     of an interpreter whose handlers are gone (CI: -15 for a finished run)."""
-    run = subprocess.run(
-        [sys.executable, "-c", _AFTER_THE_COMMAND.format(name=signum.name, when=when)],
-        capture_output=True,
-        text=True,
-        timeout=40,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    run = _run_script(_AFTER_THE_COMMAND.format(name=signum.name, when=when), timeout=40)
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "Traceback" not in run.stderr and "leaked" not in run.stderr, run.stderr
     assert "not cut short" not in run.stderr, run.stderr
@@ -314,13 +308,7 @@ cli.main()
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_landing_in_a_finalizer_still_interrupts_the_command(signum):
-    run = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_WHERE_PYTHON_DROPS_EXCEPTIONS.format(name=signum.name)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    run = _run_script(_SIGNAL_WHERE_PYTHON_DROPS_EXCEPTIONS.format(name=signum.name), timeout=60)
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "ignored" not in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert "went on" not in run.stderr, run.stderr
@@ -374,13 +362,7 @@ cli.main()
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_command_completing_despite_a_signal_still_reports_it(signum):
-    run = subprocess.run(
-        [sys.executable, "-c", _SIGNAL_TURNED_INTO_A_LIBRARY_ERROR.format(name=signum.name)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    run = _run_script(_SIGNAL_TURNED_INTO_A_LIBRARY_ERROR.format(name=signum.name), timeout=60)
     assert run.returncode == 128 + signum, (run.returncode, run.stderr)
     lines = run.stderr.strip().splitlines()
     assert lines[-2] == "completed" and lines[-1].startswith("iorch: "), run.stderr
