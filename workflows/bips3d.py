@@ -35,6 +35,7 @@ from orchestrator import defaults
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
 from orchestrator.engine.options import WriteOptions
+from orchestrator.engine.storage import get_backend
 from orchestrator.errors import DumpError, InputError
 from orchestrator.files import remove_path
 from orchestrator.replicas import METHODS, IntervalStats, ReplicaSets, assign, interval_stats
@@ -438,7 +439,8 @@ def run_methods(
 
     if repeat < 1:
         raise InputError(f"repeat must be >= 1, got {repeat}")
-    suffix = "zarr" if options.get("format", "hdf5") == "zarr" else "h5"
+    # the format's own file suffix (".h5", ".zarr"), whichever backend writes it
+    suffix = get_backend(options.get("format", defaults.FORMAT)).suffix.lstrip(".") or "out"
     if options.get("strategy") == "sequential":
         methods = list(methods)[:1]
     parts = make_contributions(case, load, cluster)

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from .. import defaults
 from ..bench import schedulers as bench
 from ..bench.schedulers import BIDDING, SweepResult, Timing
 from ..engine import DEFAULT_WINDOW
@@ -251,12 +252,14 @@ def write_bench_cmd(
     ] = "1GiB",
     clients: Annotated[int, typer.Option(min=1, help="Clients (contributing tasks).")] = 16,
     ionodes: Annotated[int, typer.Option(min=1, help="I/O workers of the embedded cluster.")] = 4,
-    format: Annotated[str, typer.Option(help=FORMATS)] = "hdf5",
+    format: Annotated[str, typer.Option(help=FORMATS)] = defaults.FORMAT,
     policy: Annotated[
         str, typer.Option(help="A policy name, a comma list, or 'all'.")
     ] = "ms-ecf,ecf,hdf,hash-ios",
     stripe: Annotated[str, typer.Option(help="Stripe (and Zarr shard) size.")] = "8MiB",
-    strategy: Annotated[str, typer.Option(help="contiguous, list or two-phase.")] = "contiguous",
+    strategy: Annotated[
+        str, typer.Option(help="contiguous, list or two-phase.")
+    ] = defaults.STRATEGY,
     repeat: Annotated[int, typer.Option(min=1, help="Rounds; the median is reported.")] = 3,
     anchors: Annotated[
         bool, typer.Option(help="Also time h5py, dask.array.to_zarr and ADIOS2 (same bytes).")

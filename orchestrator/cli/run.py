@@ -50,7 +50,7 @@ def run_bips3d(
     strategy: Annotated[
         str, typer.Option(help="auto (the paper's Fig. 7 rule), list, two-phase or sequential.")
     ] = "auto",
-    format: Annotated[str, typer.Option(help=FORMATS)] = "hdf5",
+    format: Annotated[str, typer.Option(help=FORMATS)] = defaults.FORMAT,
     ionodes: IONodesOpt = None,
     stripe: Annotated[str, typer.Option(help="Stripe size of the I/O nodes' layout.")] = "1MiB",
     repeat: Annotated[int, typer.Option(min=1, help="Runs per method (median is shown).")] = 3,

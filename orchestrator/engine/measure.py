@@ -191,7 +191,7 @@ def calibrated_cost(
     raw_bandwidth: float,
     nbytes: int = 256 << 20,
     directory: Path | None = None,
-    fmt: str = "hdf5",
+    fmt: str = defaults.FORMAT,
     stripe_bytes: int = defaults.STRIPE_BYTES,
 ) -> CostModel:
     """A planning model of this machine, measured: what one I/O node moves and writes per second,
