@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
-from ._common import console, err, fail
+from ._common import USER_ERRORS, console, err, fail
 
 __all__ = ["slurm_app"]
 
@@ -269,7 +269,7 @@ def script_cmd(
             root=ctx.find_root().command,
         )
         job = submit(text) if submitting else None
-    except (SlurmError, ValueError) as e:
+    except USER_ERRORS as e:  # ours and the files named; a bug keeps its traceback
         raise fail(str(e)) from None
     if job is None:
         sys.stdout.write(text)
