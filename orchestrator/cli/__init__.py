@@ -16,6 +16,7 @@ imported here, every worker loaded Numba, llvmlite and SciPy it never uses
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -89,8 +90,17 @@ def _swallowed(unraisable: Any) -> None:
     callback, the run then completed with 0 and a traceback). Delivered again
     shortly, the signal unwinds the command from its own code.
     """
-    if _received and unraisable.exc_type in (KeyboardInterrupt, SystemExit):
-        signum = _received.pop()
+    signum = None
+    if unraisable.exc_type is KeyboardInterrupt:
+        signum = signal.SIGINT
+    elif unraisable.exc_type is SystemExit:
+        code = getattr(unraisable.exc_value, "code", None)
+        signum = signal.SIGTERM if code == 128 + signal.SIGTERM else None
+    main = threading.current_thread() is threading.main_thread()
+    if signum is not None and signum in _received and main:
+        _received.reverse()  # the last one of that signal: the one that was dropped
+        _received.remove(signum)
+        _received.reverse()
         if signum == signal.SIGTERM:  # _terminate ignores a second one: this is not one
             signal.signal(signal.SIGTERM, _terminate)
         with _held_lock:
@@ -124,11 +134,12 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def _end_interrupted(signum: int) -> NoReturn:
     name = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
-    print(
-        f"iorch: {name}; the stage in progress, if any, was not committed and its "
-        "temporary output was removed; checkpoints committed before are intact",
-        file=sys.stderr,
-    )
+    with contextlib.suppress(OSError, ValueError):  # stderr a closed pipe: say nothing
+        print(
+            f"iorch: {name}; the stage in progress, if any, was not committed and its "
+            "temporary output was removed; checkpoints committed before are intact",
+            file=sys.stderr,
+        )
     _leave(128 + signum, interrupted=True)
 
 
@@ -150,12 +161,18 @@ def _leave(code: int, interrupted: bool = False) -> NoReturn:
     stopping (multiprocessing's joins the workers Dask's threads are reaping,
     and Dask logs "exit status was already read"; Dask's closes a cluster
     interrupted while starting once more, waiting up to 10 s). A signal while
-    the hooks run ends the process at once.
+    the hooks run ends the process at once. Non-daemon threads are not waited
+    for: the commands start none that outlive them.
     """
+
+    _flush()  # before anything can end the process at once: a script printed to a file
 
     def late(signum: int, frame: Any) -> None:
         if code == 0:
-            os.write(2, b"iorch: signal received while shutting down; the command had completed\n")
+            with contextlib.suppress(OSError):
+                os.write(
+                    2, b"iorch: signal received while shutting down; the command had completed\n"
+                )
         os._exit(code or 128 + signum)
 
     for s in (signal.SIGINT, signal.SIGTERM):
@@ -168,12 +185,18 @@ def _leave(code: int, interrupted: bool = False) -> NoReturn:
         getattr(mp_util, "_run_finalizers", lambda minpriority: None)(0)
     if not interrupted:
         atexit._run_exitfuncs()
+    _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with the stream closed (iorch ... >&-)
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (iorch ... | head): nothing to flush to
             pass
-    os._exit(code)
 
 
 def _exit_code(stop: SystemExit) -> int:
@@ -186,7 +209,7 @@ def _exit_code(stop: SystemExit) -> int:
     return 1
 
 
-def main() -> None:
+def main() -> NoReturn:
     """Entry point of the ``iorch`` console script (``iorch --help`` lists the commands)."""
     signal.signal(signal.SIGTERM, _terminate)
     sys.unraisablehook = _swallowed
@@ -207,26 +230,49 @@ def main() -> None:
     try:
         app()
     except SystemExit as stop:
+        _record_only()
         # Ctrl-C (130) and SIGTERM (143) end quietly in typer: say what became of the work
         if stop.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
             _end_interrupted(int(stop.code) - 128)
-        if _received and stop.code not in (0, None):
-            _end_interrupted(_received[0])
-        _leave(_completed_despite_a_signal() if _received else _exit_code(stop))
+        if _signalled() and stop.code not in (0, None):
+            _end_interrupted(_signalled()[0])
+        _leave(_completed_despite_a_signal() if _signalled() else _exit_code(stop))
     except BaseException:
-        if _received:
-            _end_interrupted(_received[0])
-        raise
+        _record_only()
+        if _signalled():
+            _end_interrupted(_signalled()[0])
+        # a bug: its traceback (typer's), then the same ending as every other command
+        sys.excepthook(*sys.exc_info())
+        _leave(1)
     # an app that returns instead of raising SystemExit(0)
-    _leave(_completed_despite_a_signal() if _received else 0)
+    _record_only()
+    _leave(_completed_despite_a_signal() if _signalled() else 0)
+
+
+def _record_only() -> None:
+    # from here on the command is over: a signal is noted, not raised (raised inside an
+    # except clause it would escape main with a traceback), and _leave answers for it
+    def note(signum: int, frame: Any) -> None:
+        _received.append(signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) not in (signal.SIG_IGN, None):
+            signal.signal(s, note)
+
+
+def _signalled() -> list[int]:
+    """The signals received, those still being delivered again included."""
+    with _held_lock:
+        return _received + sorted(_resending)
 
 
 def _completed_despite_a_signal() -> int:
     # a signal arrived and the command still completed: its exception was lost where a
     # library turned it into its own and carried on (seen once: a SIGTERM inside
-    # matplotlib's import of its 3D axes, which it reports as a warning). The work is
-    # done and committed; the exit status still says the signal came
-    signum = _received[0]
+    # matplotlib's import of its 3D axes, which it reports as a warning), or its
+    # delivery again had not come yet. The work is done and committed; the exit status
+    # still says the signal came
+    signum = _signalled()[0]
     name = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
     print(f"iorch: {name} as it ended; the command had completed", file=sys.stderr)
     return 128 + signum

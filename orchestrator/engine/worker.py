@@ -750,11 +750,16 @@ def run_ionode(
                 else out.with_name(f"{out.name}.spill-{s}")
             )
     except BaseException:
-        with _LOCK:
-            _ACTIVE.discard((token, s))
-            stopped = token in _ABORTED
-        if stopped:  # a writer opened after the stage's cleanup may have recreated output
-            remove_path(info["path"])
+        try:
+            if "writer" in locals():
+                writer.release()
+            with _LOCK:
+                stopped = token in _ABORTED
+            if stopped:  # a writer opened after the stage's cleanup may have recreated output
+                remove_path(info["path"])
+        finally:  # counted until then, so that stop() waits for the removal too
+            with _LOCK:
+                _ACTIVE.discard((token, s))
         raise
     me = get_worker()
     staging: tuple[str, tuple[int, int]] | None = None

@@ -323,6 +323,7 @@ import orchestrator.cli.commands as commands
 
 def app():
     queues = [multiprocessing.get_context("spawn").Queue() for _ in range(2)]
+    print(" ".join(q._rlock._semlock.name for q in queues), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)  # nothing of ours runs: the tracker cleans up
 
 commands.app = app
@@ -337,6 +338,11 @@ def test_semaphores_left_by_a_killed_command_are_cleaned_up_without_noise():
     )
     assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr)
     assert "leaked" not in run.stderr and "warn" not in run.stderr, run.stderr
+    names = run.stdout.split()
+    assert len(names) == 2, run.stdout
+    # quiet, and still cleaned up (the run returns once the tracker has closed stderr)
+    for name in names:
+        assert not Path("/dev/shm", "sem." + name.lstrip("/")).exists(), name
 
 
 _SIGNAL_TURNED_INTO_A_LIBRARY_ERROR = """
@@ -367,3 +373,25 @@ def test_a_command_completing_despite_a_signal_still_reports_it(signum):
     lines = run.stderr.strip().splitlines()
     assert lines[-2] == "completed" and lines[-1].startswith("iorch: "), run.stderr
     assert "had completed" in lines[-1], run.stderr
+
+
+_A_BUG = """
+import sys
+import orchestrator.cli as cli
+import orchestrator.cli.commands as commands
+
+def app():
+    print("partial output", flush=False)  # block-buffered into a pipe: must still arrive
+    raise KeyError("a bug")
+
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
+def test_a_bug_ends_with_its_traceback_exit_1_and_the_output_so_far():
+    run = _run_script(_A_BUG, timeout=60)
+    assert run.returncode == 1, (run.returncode, run.stderr)
+    assert "Traceback" in run.stderr and "KeyError: 'a bug'" in run.stderr, run.stderr
+    assert run.stdout == "partial output\n", run.stdout
