@@ -44,11 +44,19 @@ def _alive(pid):
     return state != "Z"
 
 
+# every fake iorch below ends so: its ``app`` becomes the command, run by the real main()
+_AS_IORCH = """
+commands.app = app
+sys.argv = ["iorch"]
+cli.main()
+"""
+
+
 def _run_script(script, timeout=120):
     """Run ``script`` (a fake ``iorch`` whose command is the script's ``app``) as a user's
     foreground process would run: SIGINT not ignored."""
     return subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", script + _AS_IORCH],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -104,9 +112,6 @@ def app():
         # what Numba's cache did when Ctrl-C landed inside a compilation (CI, a fresh cache)
         raise RuntimeError("no compiled object yet for <Library '_node_lists'>")
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
@@ -153,9 +158,6 @@ def app():
         time.sleep(0.3)  # a stage's cleanup: no second interrupt may cut it short
         print("cleaned up", file=sys.stderr)
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
@@ -195,9 +197,6 @@ def app():
         time.sleep(0.3)  # a stage's cleanup: no second interrupt may cut it short
         print("cleaned up", file=sys.stderr)
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
@@ -206,18 +205,11 @@ cli.main()
 def test_signals_held_in_the_compiler_arrive_once_and_not_too_late(signum, seconds, patience):
     """Two signals while the compiler runs are one interrupt once it returns; a
     compilation that does not return in time is interrupted anyway."""
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _SIGNALS_HELD_IN_A_LONG_COMPILATION.format(
-                name=signum.name, seconds=seconds, patience=patience
-            ),
-        ],
-        capture_output=True,
-        text=True,
+    run = _run_script(
+        _SIGNALS_HELD_IN_A_LONG_COMPILATION.format(
+            name=signum.name, seconds=seconds, patience=patience
+        ),
         timeout=60,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert run.returncode == 128 + signum, (run.returncode, run.stderr[-2000:])
     assert "Traceback" not in run.stderr, run.stderr
@@ -257,9 +249,6 @@ def app():
     atexit.register(shutting_down)
     raise SystemExit(0)
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
@@ -300,9 +289,6 @@ def app():
     finally:
         print("cleaned up", file=sys.stderr)
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
@@ -326,16 +312,11 @@ def app():
     print(" ".join(q._rlock._semlock.name for q in queues), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)  # nothing of ours runs: the tracker cleans up
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
 def test_semaphores_left_by_a_killed_command_are_cleaned_up_without_noise():
-    run = subprocess.run(
-        [sys.executable, "-c", _KILLED_WITH_SEMAPHORES], capture_output=True, text=True, timeout=60
-    )
+    run = _run_script(_KILLED_WITH_SEMAPHORES, timeout=60)
     assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr)
     assert "leaked" not in run.stderr and "warn" not in run.stderr, run.stderr
     names = run.stdout.split()
@@ -360,9 +341,6 @@ def app():
         print("warning: Unable to import Axes3D", file=sys.stderr)
     print("completed", file=sys.stderr)
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
@@ -384,9 +362,6 @@ def app():
     print("partial output", flush=False)  # block-buffered into a pipe: must still arrive
     raise KeyError("a bug")
 
-commands.app = app
-sys.argv = ["iorch"]
-cli.main()
 """
 
 
