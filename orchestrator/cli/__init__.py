@@ -175,9 +175,7 @@ def _leave(code: int, interrupted: bool = False) -> NoReturn:
                 )
         os._exit(code or 128 + signum)
 
-    for s in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(s) not in (signal.SIG_IGN, None):
-            signal.signal(s, late)
+    _handle_both(late)
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
         # as its own exit hook does first: unlink the named semaphores (and tell its
@@ -255,9 +253,14 @@ def _record_only() -> None:
     def note(signum: int, frame: Any) -> None:
         _received.append(signum)
 
+    _handle_both(note)
+
+
+def _handle_both(handler: Any) -> None:
+    # an ignored signal stays ignored (nohup, a background job's SIGINT)
     for s in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(s) not in (signal.SIG_IGN, None):
-            signal.signal(s, note)
+            signal.signal(s, handler)
 
 
 def _signalled() -> list[int]:
