@@ -162,6 +162,33 @@ def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, windo
     assert res.manifest["realized_makespan"] == tr.makespan
 
 
+def test_direct_batches_do_not_shrink_with_the_window(cluster, tmp_path):
+    """Direct writes hold nothing on the I/O workers: a tiny window still gives each node
+    about DIRECT_BATCHES_PER_NODE batches (each batch's end makes sources wait), while
+    sent bytes stay cut by the window."""
+    DIRECT_BATCHES_PER_NODE = 4
+
+    datasets, truth = _case(seed=3)
+    counts = {}
+    for direct in (True, False):
+        res = write_stage(
+            tmp_path / f"b{direct}.h5",
+            datasets,
+            policy="ecf",
+            cluster=cluster,
+            stripe_bytes=1024,
+            window=4096,
+            direct=direct,
+        )
+        tr = res.trace
+        counts[direct] = [
+            len(np.unique(tr.batch_first[tr.ionode == s])) for s in range(cluster.n_ionodes)
+        ]
+        assert np.array_equal(_read("hdf5", tmp_path / f"b{direct}.h5")["u"], truth)
+    assert all(2 <= n <= DIRECT_BATCHES_PER_NODE + 1 for n in counts[True]), counts
+    assert all(n > 2 * (DIRECT_BATCHES_PER_NODE + 1) for n in counts[False]), counts
+
+
 def test_io_worker_memory_is_bounded_by_the_window(cluster, tmp_path):
     """A stage 16x the window: each I/O worker's peak of held batch bytes stays within it."""
     n, width = 4096, 64  # 2 MiB of float64
