@@ -166,7 +166,7 @@ def test_direct_batches_do_not_shrink_with_the_window(cluster, tmp_path):
     """Direct writes hold nothing on the I/O workers: a tiny window still gives each node
     about DIRECT_BATCHES_PER_NODE batches (each batch's end makes sources wait), while
     sent bytes stay cut by the window."""
-    DIRECT_BATCHES_PER_NODE = 4
+    from orchestrator.engine.dispatch import DIRECT_BATCHES_PER_NODE
 
     datasets, truth = _case(seed=3)
     counts = {}
