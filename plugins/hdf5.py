@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
-from orchestrator.engine.directio import PAGE, PositionedFile, contiguous_runs
+from orchestrator.engine.directio import PAGE, PositionedFile, contiguous_runs, preallocate
 from orchestrator.engine.storage import (
     Backend,
     PieceChecksums,
@@ -142,6 +142,8 @@ class HDF5Backend(Backend):
                 dsid = h5py.h5d.create(f.id, spec.name.encode(), tid, space, dcpl=dcpl)
                 offsets[spec.name] = int(dsid.get_offset())
                 dsid.close()
+        # the datasets' blocks now, not as the direct writes come (engine.directio.preallocate)
+        preallocate(tmp, [(offsets[s.name], s.nbytes) for s in specs])
         stripes = {s.name: lay.stripe_bytes for s, lay in zip(specs, layouts, strict=True)}
         return {"path": str(tmp), "offsets": offsets, "stripe_bytes": stripes}
 
@@ -277,6 +279,7 @@ class HDF5SubfileBackend(HDF5Backend):
         tmp.mkdir()
         names = [f"io-{k}.h5" for k in range(n)]
         offsets: list[dict[str, int]] = [{} for _ in range(n)]
+        reserve: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         for k, sub in enumerate(names):
             with h5py.File(tmp / sub, "w", alignment_threshold=PAGE, alignment_interval=PAGE) as f:
                 for spec, lay in zip(specs, layouts, strict=True):
@@ -300,7 +303,11 @@ class HDF5SubfileBackend(HDF5Backend):
                     tid = h5py.h5t.py_create(spec.dtype, logical=True)
                     dsid = h5py.h5d.create(f.id, spec.name.encode(), tid, space, dcpl=dcpl)
                     offsets[k][spec.name] = int(dsid.get_offset())
+                    nbytes = max(rows, 1) * spec.row_bytes
                     dsid.close()
+                    reserve[k].append((offsets[k][spec.name], nbytes))
+        for k, sub in enumerate(names):  # as HDF5Backend.create does, per subfile
+            preallocate(tmp / sub, reserve[k])
         with h5py.File(tmp / self.MASTER, "w") as f:
             for spec, lay in zip(specs, layouts, strict=True):
                 vl = h5py.VirtualLayout(shape=spec.shape, dtype=spec.dtype)

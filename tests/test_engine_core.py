@@ -419,6 +419,36 @@ def test_positioned_file_sends_whole_pages_directly_and_falls_back_to_the_cache(
         del os.environ["IORCH_DIRECT_IO"]
 
 
+def test_preallocate_reserves_the_ranges_blocks_and_keeps_the_size(tmp_path):
+    from orchestrator.engine.directio import PAGE, preallocate
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 100)
+    assert os.stat(path).st_blocks * 512 < 64 * PAGE
+    assert preallocate(path, [(16 * PAGE, 64 * PAGE), (0, 0)])  # ext4 under the tests
+    st = os.stat(path)
+    assert st.st_size == 100  # the format's end of file is not moved
+    assert st.st_blocks * 512 >= 64 * PAGE
+    assert path.read_bytes() == b"x" * 100
+    with pytest.raises(OSError, match="reserving"):  # no silent success on a full disk
+        preallocate(path, [(0, 1 << 62)])
+
+
+def test_an_hdf5_stage_file_has_its_datasets_blocks_before_any_write(tmp_path):
+    """Direct writes into holes stall behind other I/O nodes' fsyncs: create reserves them."""
+    from orchestrator.contributions import DatasetSpec
+    from orchestrator.engine.storage import get_backend
+    from orchestrator.layout import StripeLayout
+
+    specs = [DatasetSpec("u", (1 << 16, 4), "float64"), DatasetSpec("v", (1000,), "int32")]
+    info = get_backend("hdf5").create(tmp_path / "o.h5", specs, [StripeLayout(2, 1 << 20)] * 2)
+    assert os.stat(tmp_path / "o.h5").st_blocks * 512 >= sum(s.nbytes for s in specs)
+    assert set(info["offsets"]) == {"u", "v"}
+    root = get_backend("hdf5-vds").create(tmp_path / "o.vds", specs, [StripeLayout(2, 1 << 20)] * 2)
+    for sub in root["subfiles"]:
+        assert os.stat(sub).st_blocks * 512 >= sum(s.nbytes for s in specs) // 2
+
+
 def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     """write_cut on a source that opens another file than its I/O node writes nothing and
     returns the bytes; on the same file it writes them and returns their CRC-32s."""

@@ -33,7 +33,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DIRECT_IO_ENV", "PAGE", "PositionedFile", "contiguous_runs", "start_writeback"]
+__all__ = [
+    "DIRECT_IO_ENV",
+    "PAGE",
+    "PositionedFile",
+    "contiguous_runs",
+    "preallocate",
+    "start_writeback",
+]
 
 #: set to 0 to write every byte through the page cache
 DIRECT_IO_ENV = "IORCH_DIRECT_IO"
@@ -272,3 +279,61 @@ def start_writeback(fd: int) -> None:
                 pass
     if _sync_file_range:
         _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+_fallocate: Any = None
+
+
+def preallocate(path: str | os.PathLike[str], ranges: Sequence[tuple[int, int]]) -> bool:
+    """Reserve the disk blocks of ``(offset, nbytes)`` ranges of a file before it is written.
+
+    Linux's ``fallocate`` with ``FALLOC_FL_KEEP_SIZE`` (the file's size is
+    not changed); elsewhere, or where the file system has no such call,
+    nothing (never the C library's emulation, which writes zeros). Returns
+    whether blocks were reserved. A full disk raises ``OSError(ENOSPC)``
+    here, before a byte of the stage is written.
+
+    Why: a direct write into a hole allocates its blocks in a journal
+    transaction, and a ``fsync`` of any file of the file system (an I/O
+    node whose part is done) waits for that transaction while holding up
+    the next allocations. Measured on ext4 here, a writer of 512 MiB in
+    4 MiB direct writes beside a loop of fsyncs: into holes 344-1,157 MB/s
+    with single writes stalled up to 1.2 s; into reserved blocks
+    1,595-1,988 MB/s, no write over 17 ms.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "f.bin"
+    >>> _ = path.write_bytes(b"")
+    >>> preallocate(path, [(0, 1 << 20)]) in (True, False)
+    True
+    >>> path.stat().st_size
+    0
+    """
+    global _fallocate
+    if _fallocate is None:
+        _fallocate = False
+        if sys.platform.startswith("linux"):
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).fallocate
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+                _fallocate = fn
+            except (OSError, AttributeError):
+                pass
+    if not _fallocate:
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        for offset, nbytes in ranges:
+            if nbytes <= 0:
+                continue
+            if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, nbytes) != 0:
+                err = ctypes.get_errno()
+                if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    return False  # this file system reserves nothing: holes it is
+                raise OSError(err, f"reserving {nbytes} bytes of {path}: {os.strerror(err)}")
+        return True
+    finally:
+        os.close(fd)

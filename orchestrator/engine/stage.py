@@ -368,7 +368,8 @@ def write_stage(
         clock.lap("prepare")
         plan = schedule(transfers, opts.policy, cost=opts.cost, seed=opts.seed, **policy_options)
         clock.lap("plan")
-        info = backend.create(tmp, staged.specs, [p.layout for p in staged.parts])
+        with _storage_errors(f"creating {tmp.name}"):
+            info = backend.create(tmp, staged.specs, [p.layout for p in staged.parts])
         info["token"] = tmp.name
         info.setdefault("stripe_bytes", {})
         fills = []
@@ -395,7 +396,8 @@ def write_stage(
         manifest = _manifest(backend.name, staged, plan, trace, sums, opts.policy, opts.strategy)
         if opts.attrs:
             manifest["attrs"] = {str(k): dict(v) for k, v in opts.attrs.items()}
-        backend.finish(tmp, manifest)
+        with _storage_errors(f"writing the manifest of {tmp.name}"):
+            backend.finish(tmp, manifest)
         _check_replaceable(target, opts.overwrite)  # again: it may have changed meanwhile
         commit(tmp, target, opts.overwrite)  # renamed over an old target, never deleting it first
         clock.lap("commit")
@@ -420,6 +422,15 @@ def write_stage(
         trace.makespan,
     )
     return StageResult(target, manifest, plan, trace, seconds, clock.laps)
+
+
+@contextmanager
+def _storage_errors(what: str) -> Iterator[None]:
+    """An ``OSError`` of the file system (a full disk, a quota) as a :class:`StorageError`."""
+    try:
+        yield
+    except OSError as err:
+        raise StorageError(f"{what}: {err}") from err
 
 
 class _Clock:
