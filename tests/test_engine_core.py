@@ -449,6 +449,39 @@ def test_an_hdf5_stage_file_has_its_datasets_blocks_before_any_write(tmp_path):
         assert os.stat(sub).st_blocks * 512 >= sum(s.nbytes for s in specs) // 2
 
 
+def test_writeback_runs_beside_the_writer_and_fsync_waits_for_it(tmp_path, monkeypatch):
+    """sync_file_range can wait ~0.1 s on ext4's journal: the I/O node must not."""
+    import threading
+
+    from orchestrator.engine import directio
+
+    gate, calls = threading.Event(), []
+
+    def stuck(fd):
+        calls.append(fd)
+        gate.wait(30)
+
+    monkeypatch.setattr(directio, "start_writeback", stuck)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"")
+    f = directio.PositionedFile(path)
+    f.write(0, memoryview(b"a" * 100))
+    f.start_writeback()  # returns though the writeback is stuck
+    f.start_writeback()  # one at a time: a hint while one runs is dropped
+    f.write(100, memoryview(b"b" * 100))  # the writer goes on meanwhile
+    syncing = threading.Thread(target=f.fsync)
+    syncing.start()
+    syncing.join(0.3)
+    assert syncing.is_alive()  # durability waits for the writeback in flight
+    gate.set()
+    syncing.join(30)
+    assert not syncing.is_alive()
+    assert len(calls) == 1
+    f.close()
+    assert not [t for t in threading.enumerate() if t.name == "iorch-writeback"]
+    assert path.read_bytes() == b"a" * 100 + b"b" * 100
+
+
 def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     """write_cut on a source that opens another file than its I/O node writes nothing and
     returns the bytes; on the same file it writes them and returns their CRC-32s."""

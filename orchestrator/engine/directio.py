@@ -157,6 +157,7 @@ class PositionedFile:
             raise ValueError(f"chunk must be a multiple of {PAGE} up to {BOUNCE}, got {chunk}")
         #: bytes per direct write when buffers are gathered
         self.chunk = chunk
+        self._writeback: threading.Thread | None = None
         self.fd = os.open(path, os.O_RDWR)
         self.dfd: int | None = None
         if direct is None:
@@ -233,15 +234,35 @@ class PositionedFile:
             _pwrite_all(self.dfd, bounce[:fill], pos)
 
     def start_writeback(self) -> None:
-        """Start writing the cached edges to disk now, without waiting."""
-        start_writeback(self.fd)
+        """Start writing the cached edges to disk now, without waiting for it.
+
+        In a thread of its own: on ext4 ``sync_file_range`` waits for the
+        journal, which waits for the direct writes every process has in
+        flight — measured here, 65-180 ms per call at the end of each
+        direct batch of a 1 GiB stage, during which the I/O node handed
+        its sources no work. One call at a time; a call while one runs is
+        dropped (it is a hint: :meth:`fsync` makes everything durable).
+        """
+        if self._writeback is not None and self._writeback.is_alive():
+            return
+        self._writeback = threading.Thread(
+            target=start_writeback, args=(self.fd,), name="iorch-writeback", daemon=True
+        )
+        self._writeback.start()
+
+    def _settle(self) -> None:
+        if self._writeback is not None:
+            self._writeback.join()
+            self._writeback = None
 
     def fsync(self) -> None:
         """Make everything written durable (the cached edges and the file's metadata)."""
+        self._settle()
         os.fsync(self.fd)
 
     def close(self) -> None:
-        """Close both descriptors."""
+        """Close both descriptors (after a writeback still running: it uses one)."""
+        self._settle()
         for fd in (self.fd, self.dfd):
             if fd is not None:
                 os.close(fd)
