@@ -47,6 +47,7 @@ import numpy as np
 
 from ..contributions import ContributionError, cast_exactly
 from ..errors import StageAborted as Aborted
+from ..errors import StageError
 from ..files import remove_path
 from .buffers import STRIPES
 from .directio import contiguous_runs
@@ -680,6 +681,7 @@ def run_ionode(
     fills: Sequence[tuple[int, int, int, int]],
     direct: bool = True,
     first: Sequence[Any] | None = None,
+    ahead: tuple[tuple[int, int], dict[int, list[str]]] | None = None,
 ) -> dict[str, Any]:
     """On I/O worker ``node.ionode``: fetch and write its batches in order; flush; checksum.
 
@@ -692,6 +694,10 @@ def run_ionode(
     ``first`` holds the cuts of the first batch, in cut order, when they
     came with the task (Dask fetched them before starting it): the node
     writes at once, instead of one round trip through the scheduler later.
+    ``ahead`` is ``(identity, {batch: [key of each cut's write_cut]})``: the
+    direct writes of the first batches, handed to the sources by the stage's
+    process with the file identity it saw (on this host), so the sources
+    begin while this task starts.
 
     Returns the trace (per range: unit, start, end, bytes), the flush's
     span, the most bytes held at once (batches, and pieces waiting for the
@@ -833,6 +839,24 @@ def run_ionode(
 
             gathers.append(pool.submit(client.gather, cuts))
             gathers[-1].add_done_callback(done)
+
+        if ahead is not None:
+            theirs, by_batch = ahead
+            if identity is None or tuple(theirs) != identity:
+                raise StageError(
+                    f"I/O node {s} sees another file at {info['path']} than the stage's "
+                    "process, which handed its sources their first writes"
+                )
+            for index, ks in by_batch.items():
+                if direct_cuts[index] != set(range(len(ks))):
+                    raise StageError(f"I/O node {s}: batch {index} was handed to other sources")
+                futs: list[Any] = [Future(k, client=client) for k in ks]
+                # a Future made from a key tells the scheduler nothing: without this, it
+                # never hears that the task is done (Client._inform_scheduler_of_futures
+                # and fire_and_forget send the same message)
+                client._send_to_scheduler({"op": "client-desires-keys", "keys": ks})
+                gathers.append(pool.submit(client.gather, futs))
+                handed[index] = (list(range(len(ks))), futs, gathers[-1])
 
         def hand(b: Batch) -> None:
             """Ask the sources of this host to write their cuts of batch ``b``."""
