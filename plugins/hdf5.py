@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contributions import DatasetSpec
-from orchestrator.engine.directio import PAGE, PositionedFile, contiguous_runs, preallocate
+from orchestrator.engine.directio import (
+    DIRECT_MIN,
+    DIRECT_MIN_RESERVED,
+    PAGE,
+    PositionedFile,
+    contiguous_runs,
+    dirty_budget,
+    preallocate,
+)
 from orchestrator.engine.storage import (
     Backend,
     PieceChecksums,
@@ -50,8 +58,13 @@ class _PositionedWriter(Writer):
 
     direct = "pieces"
 
-    def __init__(self, path: str, stripe_bytes: dict[str, int], aggregate: bool) -> None:
-        self.file = PositionedFile(path)
+    def __init__(
+        self, path: str, stripe_bytes: dict[str, int], aggregate: bool, info: dict[str, Any]
+    ) -> None:
+        # a stage too large for the page cache to absorb writes smaller runs direct too,
+        # when its file's blocks are reserved (directio.DIRECT_MIN_RESERVED)
+        small = info.get("reserved", False) and info.get("nbytes", 0) > dirty_budget()
+        self.file = PositionedFile(path, direct_min=DIRECT_MIN_RESERVED if small else DIRECT_MIN)
         self.sums = PieceChecksums(stripe_bytes)
         self.aggregate = aggregate
         self.pending: list[tuple[int, memoryview]] = []
@@ -102,7 +115,7 @@ class HDF5Writer(_PositionedWriter):
     def __init__(self, info: dict[str, Any], aggregate: bool) -> None:
         self.path = info["path"]
         self.offsets: dict[str, int] = info["offsets"]
-        super().__init__(self.path, info["stripe_bytes"], aggregate)
+        super().__init__(self.path, info["stripe_bytes"], aggregate, info)
 
     def position(self, dataset: str, offset: int) -> int:
         return self.offsets[dataset] + offset
@@ -143,9 +156,15 @@ class HDF5Backend(Backend):
                 offsets[spec.name] = int(dsid.get_offset())
                 dsid.close()
         # the datasets' blocks now, not as the direct writes come (engine.directio.preallocate)
-        preallocate(tmp, [(offsets[s.name], s.nbytes) for s in specs])
+        reserved = preallocate(tmp, [(offsets[s.name], s.nbytes) for s in specs])
         stripes = {s.name: lay.stripe_bytes for s, lay in zip(specs, layouts, strict=True)}
-        return {"path": str(tmp), "offsets": offsets, "stripe_bytes": stripes}
+        return {
+            "path": str(tmp),
+            "offsets": offsets,
+            "stripe_bytes": stripes,
+            "reserved": reserved,
+            "nbytes": sum(s.nbytes for s in specs),
+        }
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
         return HDF5Writer(info, aggregate)
@@ -206,7 +225,7 @@ class SubfileWriter(_PositionedWriter):
         self.n = info["n_ionodes"]
         self.stripe: dict[str, int] = info["stripe_bytes"]
         self.base: dict[str, int] = info["offsets"][ionode]
-        super().__init__(info["subfiles"][ionode], self.stripe, aggregate)
+        super().__init__(info["subfiles"][ionode], self.stripe, aggregate, info)
 
     def position(self, dataset: str, offset: int) -> int:
         sb = self.stripe[dataset]
@@ -306,8 +325,9 @@ class HDF5SubfileBackend(HDF5Backend):
                     nbytes = max(rows, 1) * spec.row_bytes
                     dsid.close()
                     reserve[k].append((offsets[k][spec.name], nbytes))
+        reserved = True
         for k, sub in enumerate(names):  # as HDF5Backend.create does, per subfile
-            preallocate(tmp / sub, reserve[k])
+            reserved = preallocate(tmp / sub, reserve[k]) and reserved
         with h5py.File(tmp / self.MASTER, "w") as f:
             for spec, lay in zip(specs, layouts, strict=True):
                 vl = h5py.VirtualLayout(shape=spec.shape, dtype=spec.dtype)
@@ -332,6 +352,8 @@ class HDF5SubfileBackend(HDF5Backend):
             "subfiles": [str(tmp / s) for s in names],
             "offsets": offsets,
             "n_ionodes": n,
+            "reserved": reserved,
+            "nbytes": sum(s.nbytes for s in specs),
             "stripe_bytes": {
                 s.name: lay.stripe_bytes for s, lay in zip(specs, layouts, strict=True)
             },

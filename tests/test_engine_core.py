@@ -449,6 +449,30 @@ def test_an_hdf5_stage_file_has_its_datasets_blocks_before_any_write(tmp_path):
         assert os.stat(sub).st_blocks * 512 >= sum(s.nbytes for s in specs) // 2
 
 
+def test_only_stages_beyond_the_dirty_budget_write_small_runs_direct(tmp_path):
+    """Small runs go through the cache while it absorbs the stage; past the kernel's
+    dirty budget (throttled writeback) they go direct, if the file's blocks are reserved."""
+    from orchestrator.contributions import DatasetSpec
+    from orchestrator.engine.directio import DIRECT_MIN, DIRECT_MIN_RESERVED, dirty_budget
+    from orchestrator.engine.storage import get_backend
+    from orchestrator.layout import StripeLayout
+
+    assert dirty_budget() > 0  # Linux: read from /proc
+    for fmt, suffix in (("hdf5", "o.h5"), ("hdf5-vds", "o.vds")):
+        backend = get_backend(fmt)
+        spec = DatasetSpec("u", (1024, 4), "float64")
+        info = backend.create(tmp_path / suffix, [spec], [StripeLayout(2, 1 << 14)])
+        assert info["reserved"] and info["nbytes"] == spec.nbytes
+        big = dict(info, nbytes=dirty_budget() + 1)
+        for case, want in ((info, DIRECT_MIN), (big, DIRECT_MIN_RESERVED)):
+            w = backend.writer(case, 0, False)
+            assert w.file.direct_min == want, (fmt, case["nbytes"])
+            w.release()
+        w = backend.writer(dict(big, reserved=False), 0, False)  # holes: small runs cached
+        assert w.file.direct_min == DIRECT_MIN
+        w.release()
+
+
 def test_writeback_runs_beside_the_writer_and_fsync_waits_for_it(tmp_path, monkeypatch):
     """sync_file_range can wait ~0.1 s on ext4's journal: the I/O node must not."""
     import threading
