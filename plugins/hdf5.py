@@ -63,7 +63,8 @@ class _PositionedWriter(Writer):
     ) -> None:
         # a stage too large for the page cache to absorb writes smaller runs direct too,
         # when its file's blocks are reserved (directio.DIRECT_MIN_RESERVED)
-        small = info.get("reserved", False) and info.get("nbytes", 0) > dirty_budget()
+        budget = dirty_budget()  # 0: unknown, and the cache it is
+        small = info.get("reserved", False) and 0 < budget < info.get("nbytes", 0)
         self.file = PositionedFile(path, direct_min=DIRECT_MIN_RESERVED if small else DIRECT_MIN)
         self.sums = PieceChecksums(stripe_bytes)
         self.aggregate = aggregate

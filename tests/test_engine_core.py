@@ -430,8 +430,9 @@ def test_preallocate_reserves_the_ranges_blocks_and_keeps_the_size(tmp_path):
     assert st.st_size == 100  # the format's end of file is not moved
     assert st.st_blocks * 512 >= 64 * PAGE
     assert path.read_bytes() == b"x" * 100
-    with pytest.raises(OSError, match="reserving"):  # no silent success on a full disk
-        preallocate(path, [(0, 1 << 62)])
+    with pytest.raises(OSError, match="reserving"):  # the file system's refusal is raised
+        preallocate(path, [(0, 1 << 62)])  # (EFBIG here; a full disk's ENOSPC alike)
+    assert not preallocate(path, [(0, 0)])  # nothing to reserve: nothing reserved
 
 
 def test_an_hdf5_stage_file_has_its_datasets_blocks_before_any_write(tmp_path):
@@ -449,7 +450,7 @@ def test_an_hdf5_stage_file_has_its_datasets_blocks_before_any_write(tmp_path):
         assert os.stat(sub).st_blocks * 512 >= sum(s.nbytes for s in specs) // 2
 
 
-def test_only_stages_beyond_the_dirty_budget_write_small_runs_direct(tmp_path):
+def test_only_stages_beyond_the_dirty_budget_write_small_runs_direct(tmp_path, monkeypatch):
     """Small runs go through the cache while it absorbs the stage; past the kernel's
     dirty budget (throttled writeback) they go direct, if the file's blocks are reserved."""
     from orchestrator.contributions import DatasetSpec
@@ -471,6 +472,13 @@ def test_only_stages_beyond_the_dirty_budget_write_small_runs_direct(tmp_path):
         w = backend.writer(dict(big, reserved=False), 0, False)  # holes: small runs cached
         assert w.file.direct_min == DIRECT_MIN
         w.release()
+    import orchestrator.plugins.hdf5 as plugin
+
+    monkeypatch.setattr(plugin, "dirty_budget", lambda: 0)  # unknown budget: the cache
+    info = get_backend("hdf5").create(tmp_path / "p.h5", [spec], [StripeLayout(2, 1 << 14)])
+    w = get_backend("hdf5").writer(dict(info, nbytes=1 << 40), 0, False)
+    assert w.file.direct_min == DIRECT_MIN
+    w.release()
 
 
 def test_writeback_runs_beside_the_writer_and_fsync_waits_for_it(tmp_path, monkeypatch):

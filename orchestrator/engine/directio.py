@@ -172,7 +172,8 @@ class PositionedFile:
     ) -> None:
         if chunk % PAGE or not 0 < chunk <= BOUNCE:
             raise ValueError(f"chunk must be a multiple of {PAGE} up to {BOUNCE}, got {chunk}")
-        #: runs shorter than this go through the cache (:data:`DIRECT_MIN`)
+        #: runs shorter than this go through the cache (:data:`DIRECT_MIN`; a file whose
+        #: blocks are reserved may take :data:`DIRECT_MIN_RESERVED`)
         self.direct_min = direct_min
         #: bytes per direct write when buffers are gathered
         self.chunk = chunk
@@ -331,8 +332,9 @@ def preallocate(path: str | os.PathLike[str], ranges: Sequence[tuple[int, int]])
     Linux's ``fallocate`` with ``FALLOC_FL_KEEP_SIZE`` (the file's size is
     not changed); elsewhere, or where the file system has no such call,
     nothing (never the C library's emulation, which writes zeros). Returns
-    whether blocks were reserved. A full disk raises ``OSError(ENOSPC)``
-    here, before a byte of the stage is written.
+    whether blocks were reserved (False when no range holds a byte). A full
+    disk raises ``OSError(ENOSPC)`` here, before a byte of the stage is
+    written.
 
     Why: a direct write into a hole allocates its blocks in a journal
     transaction, and a ``fsync`` of any file of the file system (an I/O
@@ -362,15 +364,16 @@ def preallocate(path: str | os.PathLike[str], ranges: Sequence[tuple[int, int]])
                 _fallocate = fn
             except (OSError, AttributeError):
                 pass
-    if not _fallocate:
+    ranges = [(int(o), int(n)) for o, n in ranges if n > 0]
+    if not _fallocate or not ranges:
         return False
     fd = os.open(path, os.O_RDWR)
     try:
         for offset, nbytes in ranges:
-            if nbytes <= 0:
-                continue
-            if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, nbytes) != 0:
+            while _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, nbytes) != 0:
                 err = ctypes.get_errno()
+                if err == errno.EINTR:  # a signal came (tmpfs checks): again
+                    continue
                 if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                     return False  # this file system reserves nothing: holes it is
                 raise OSError(err, f"reserving {nbytes} bytes of {path}: {os.strerror(err)}")

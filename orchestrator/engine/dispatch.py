@@ -248,7 +248,10 @@ def dispatch(
         direct = per_node >= DIRECT_MIN_BATCHES * batch
     direct = direct and not aggregate and get_backend(fmt).direct_writes(info)
     local = direct and all(get_address_host(a) in hosts for a in addrs)
-    if local and batch_bytes is None:
+    # one host for every worker: every source writes directly for every I/O node (with
+    # several hosts, the other hosts' cuts are fetched, and the window bounds them)
+    one_host = local and len(hosts | {get_address_host(a) for a in addrs}) == 1
+    if one_host and batch_bytes is None:
         batch = max(batch, min(DIRECT_BATCH, per_node // DIRECT_BATCHES_PER_NODE))
     program = program_of(
         staged, plan, cl.n_ionodes, source, batch, batch if local else min(batch, 2 << 20)
@@ -267,78 +270,78 @@ def dispatch(
     # every worker on this machine (so this process sees the file they see): the first
     # direct writes go to the sources from here, as the writer tasks leave, rather than
     # from the writer tasks once they run (measured: 20-60 ms before the first byte)
-    loopback = local and all(_is_loopback(get_address_host(a)) for a in [*addrs, *cl.ionodes])
-    for s, node in enumerate(program.nodes):
-        ahead = None
-        if loopback:
-            ahead, handed = _hand_ahead(
-                cl,
-                fmt,
-                info,
-                s,
-                node,
-                program.priority[s],
-                futures,
-                row_bytes,
-                dtypes,
-                names,
-                addrs,
-            )
-            firsts.extend(handed)
-        # the first batch's cuts are submitted here and go with the writer task: Dask
-        # moves them to the I/O worker before the task starts, so every node writes at
-        # once (measured on make demo's dumps: cut tasks submitted from inside the task
-        # first wrote 45-100 ms after it started, and the nodes' starts spread by up to
-        # 45 ms, against planned makespans of 30-110 ms). Only when every byte is sent:
-        # a direct write is the source's own task, not data to move
-        first = None
-        if not direct and node.batches:
-            b0 = node.batches[0]
-            first = [
-                submit_cut(
-                    cl.client,
-                    cut,
-                    c,
+    loopback = one_host and _is_loopback(get_address_host(cl.ionodes[0]))
+    try:
+        for s, node in enumerate(program.nodes):
+            ahead = None
+            if loopback:
+                ahead, handed = _hand_ahead(
+                    cl,
+                    fmt,
+                    info,
+                    s,
+                    node,
+                    program.priority[s],
                     futures,
                     row_bytes,
                     dtypes,
                     names,
-                    addrs[c.source],
-                    -program.priority[s][0],
+                    addrs,
                 )
-                for c in b0.cuts
-            ]
-            firsts.extend(first)
-        used = {
-            (d, c)
-            for b in node.batches
-            for d, c in zip(b.ranges.dataset.tolist(), b.ranges.client.tolist(), strict=True)
-        }
-        mine = {dc: k for dc, k in keys.items() if dc in used}
-        ref = backend_ref(fmt)
-        writers.append(
-            cl.client.submit(
-                run_ionode,
-                ref,
-                info,
-                node,
-                names,
-                mine,
-                addrs,
-                program.priority[s],
-                row_bytes,
-                dtypes,
-                aggregate,
-                window,
-                node_fills[s],
-                direct,
-                first,
-                ahead,
-                resources={ionode_name(s): 1},
-                pure=False,
+                firsts.extend(handed)
+            # the first batch's cuts are submitted here and go with the writer task: Dask
+            # moves them to the I/O worker before the task starts, so every node writes at
+            # once (measured on make demo's dumps: cut tasks submitted from inside the task
+            # first wrote 45-100 ms after it started, and the nodes' starts spread by up to
+            # 45 ms, against planned makespans of 30-110 ms). Only when every byte is sent:
+            # a direct write is the source's own task, not data to move
+            first = None
+            if not direct and node.batches:
+                b0 = node.batches[0]
+                first = [
+                    submit_cut(
+                        cl.client,
+                        cut,
+                        c,
+                        futures,
+                        row_bytes,
+                        dtypes,
+                        names,
+                        addrs[c.source],
+                        -program.priority[s][0],
+                    )
+                    for c in b0.cuts
+                ]
+                firsts.extend(first)
+            used = {
+                (d, c)
+                for b in node.batches
+                for d, c in zip(b.ranges.dataset.tolist(), b.ranges.client.tolist(), strict=True)
+            }
+            mine = {dc: k for dc, k in keys.items() if dc in used}
+            ref = backend_ref(fmt)
+            writers.append(
+                cl.client.submit(
+                    run_ionode,
+                    ref,
+                    info,
+                    node,
+                    names,
+                    mine,
+                    addrs,
+                    program.priority[s],
+                    row_bytes,
+                    dtypes,
+                    aggregate,
+                    window,
+                    node_fills[s],
+                    direct,
+                    first,
+                    ahead,
+                    resources={ionode_name(s): 1},
+                    pure=False,
+                )
             )
-        )
-    try:
         _wait_watching(cl, writers)
         results = cl.client.gather(writers)
     finally:
@@ -380,11 +383,14 @@ def _hand_ahead(
     the cut tasks' keys per batch) and the futures to hold until the stage
     ends; ``(None, [])`` for a writer that takes no pieces from other processes.
     """
-    writer = get_backend(fmt).writer(info, s, False)
     try:
-        identity = writer.file_identity() if writer.direct == "pieces" else None
-    finally:
-        writer.release()
+        writer = get_backend(fmt).writer(info, s, False)
+        try:
+            identity = writer.file_identity() if writer.direct == "pieces" else None
+        finally:
+            writer.release()
+    except OSError as err:
+        raise StageError(f"opening {info.get('path')} to hand out its first writes: {err}") from err
     if identity is None:
         return None, []
     ref = backend_ref(fmt)
