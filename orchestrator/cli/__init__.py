@@ -39,6 +39,9 @@ _COMPILER_PATIENCE = 10.0
 # signal -> when it was first held back; signals whose redelivery is under way
 _held: dict[int, float] = {}
 _resending: set[int] = set()
+#: signals sent again and not yet seen by a handler (the main thread runs Python's handler
+#: only at its next bytecode): still received, for whoever asks meanwhile
+_in_flight: set[int] = set()
 _held_lock = threading.Lock()
 
 
@@ -55,7 +58,15 @@ def _inside_compiler(frame: Any) -> bool:
 def _resend(signum: int) -> None:
     with _held_lock:
         _resending.discard(signum)
+        _in_flight.add(signum)
     os.kill(os.getpid(), signum)
+
+
+def _note(signum: int) -> None:
+    """A handler has the signal: it counts as received from now on."""
+    _received.append(signum)
+    with _held_lock:
+        _in_flight.discard(signum)
 
 
 def _deferred(signum: int, frame: Any) -> bool:
@@ -117,7 +128,7 @@ def _swallowed(unraisable: Any) -> None:
 def _interrupt(signum: int, frame: Any) -> None:
     if _deferred(signum, frame):
         return
-    _received.append(signum)
+    _note(signum)
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
 
 
@@ -127,7 +138,7 @@ def _terminate(signum: int, frame: Any) -> None:
     # a second SIGTERM (scancel twice, then the time limit) must not cut that short
     if _deferred(signum, frame):
         return
-    _received.append(signum)
+    _note(signum)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(128 + signum)
 
@@ -251,7 +262,7 @@ def _record_only() -> None:
     # from here on the command is over: a signal is noted, not raised (raised inside an
     # except clause it would escape main with a traceback), and _leave answers for it
     def note(signum: int, frame: Any) -> None:
-        _received.append(signum)
+        _note(signum)
 
     _handle_both(note)
 
@@ -266,7 +277,7 @@ def _handle_both(handler: Any) -> None:
 def _signalled() -> list[int]:
     """The signals received, those still being delivered again included."""
     with _held_lock:
-        return _received + sorted(_resending)
+        return _received + sorted(_resending | _in_flight)
 
 
 def _completed_despite_a_signal() -> int:
