@@ -509,7 +509,15 @@ def test_writeback_runs_beside_the_writer_and_fsync_waits_for_it(tmp_path, monke
     syncing.join(30)
     assert not syncing.is_alive()
     assert len(calls) == 1
-    f.close()
+    gate.clear()
+    f.start_writeback()  # stuck again: close must not close the descriptor under it
+    closing = threading.Thread(target=f.close)
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive()
+    gate.set()
+    closing.join(30)
+    assert not closing.is_alive() and len(calls) == 2
     assert not [t for t in threading.enumerate() if t.name == "iorch-writeback"]
     assert path.read_bytes() == b"a" * 100 + b"b" * 100
 
