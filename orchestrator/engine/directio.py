@@ -289,6 +289,18 @@ class PositionedFile:
         self.dfd = None
 
 
+def _linux_call(name: str, *argtypes: Any) -> Any:
+    """The C library's function ``name`` (errno kept), or False off Linux or where it lacks it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = list(argtypes)
+    return fn
+
+
 _SYNC_FILE_RANGE_WRITE = 2
 _sync_file_range: Any = None
 
@@ -310,14 +322,9 @@ def start_writeback(fd: int) -> None:
     """
     global _sync_file_range
     if _sync_file_range is None:
-        _sync_file_range = False
-        if sys.platform.startswith("linux"):
-            try:
-                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-                _sync_file_range = fn
-            except (OSError, AttributeError):
-                pass
+        _sync_file_range = _linux_call(
+            "sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint
+        )
     if _sync_file_range:
         _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
@@ -356,14 +363,9 @@ def preallocate(path: str | os.PathLike[str], ranges: Sequence[tuple[int, int]])
     """
     global _fallocate
     if _fallocate is None:
-        _fallocate = False
-        if sys.platform.startswith("linux"):
-            try:
-                fn = ctypes.CDLL(None, use_errno=True).fallocate
-                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-                _fallocate = fn
-            except (OSError, AttributeError):
-                pass
+        _fallocate = _linux_call(
+            "fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64
+        )
     ranges = [(int(o), int(n)) for o, n in ranges if n > 0]
     if not _fallocate or not ranges:
         return False
