@@ -725,3 +725,20 @@ def test_compacted_rows_expand_to_exactly_the_rows(runs, dtype):
     rows = np.clip(rows, info.min, info.max).astype(dtype)  # unsorted, repeated, any
     back = expand_rows(compact_rows(rows))
     assert back.dtype == rows.dtype and np.array_equal(back, rows)
+
+
+def test_the_bounce_buffer_starts_at_a_huge_page_and_is_private_to_its_thread():
+    """A direct write is cut into requests of at most max_segments contiguous pieces:
+    the gathered bytes sit in huge-page-aligned private memory, one buffer per thread."""
+    import threading
+
+    from orchestrator.engine.directio import BOUNCE, _address, _bounce
+
+    mine = _bounce()
+    assert len(mine) == BOUNCE and _address(mine) % (2 << 20) == 0
+    assert _bounce() is mine  # reused: it stays warm
+    other: list[memoryview] = []
+    t = threading.Thread(target=lambda: other.append(_bounce()))
+    t.start()
+    t.join()
+    assert _address(other[0]) != _address(mine)
