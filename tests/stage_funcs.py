@@ -72,3 +72,11 @@ def make_nowait_save(target, clients):
         return {"u": (np.arange(rank * 10, rank * 10 + 10), np.full(10, float(rank)))}
 
     return save
+
+
+def make_fixed_target_save(target, clients):
+    @orc.output_stage(target=target, clients=clients, stripe_bytes=4096, overwrite=True)
+    def save(step, rank):
+        return {"u": (np.arange(rank * 10, rank * 10 + 10), np.full(10, float(step)))}
+
+    return save

@@ -109,6 +109,30 @@ def test_dask_tasks_keep_values_on_the_workers(cluster, tmp_path):
     assert not held_by_steps(cluster, "d-2.zarr")  # the step let go of the contributions
 
 
+def outcomes_kept(cluster, fragment):
+    """Outcomes the scheduler still keeps for steps whose name contains ``fragment``."""
+
+    def count(dask_scheduler=None):
+        return sum(
+            len(entry.get("out", {}))
+            for name, entry in dask_scheduler.task_metadata.items()
+            if isinstance(name, str) and fragment in name and isinstance(entry, dict)
+        )
+
+    return cluster.client.run_on_scheduler(count)
+
+
+def test_every_call_gets_its_own_rounds_checkpoint_and_nothing_is_kept(cluster, tmp_path):
+    """Two steps of one target, one after the other: each round's calls get that round's
+    checkpoint (handed to all of them at once), and the scheduler keeps no outcome."""
+    save = stage_funcs.make_fixed_target_save(str(tmp_path / "same.h5"), 5)
+    for step in (7, 8):
+        cks = cluster.client.gather(cluster.client.map(save, [step] * 5, range(5), pure=False))
+        assert [c.step for c in cks] == [step] * 5
+        assert orc.open_checkpoint(tmp_path / "same.h5")["u"].tolist() == [float(step)] * 50
+        assert outcomes_kept(cluster, "same.h5") == 0
+
+
 def test_an_open_step_holds_its_contributions_until_written(cluster, tmp_path):
     save = stage_funcs.make_nowait_save(str(tmp_path / "h-{step}.h5"), 3)
     early = cluster.client.map(save, [0, 0], [0, 1], pure=False)
