@@ -20,6 +20,7 @@ Only this module knows Dask's coordination primitives; it imports ``distributed`
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import threading
 from collections.abc import Callable, Mapping
@@ -163,9 +164,10 @@ def contribute(
             ionodes, compute = discover_workers(client)
             result = run_stage(IOCluster(client, ionodes, compute), futures)
         except BaseException as err:  # every waiting call must learn of the failure
-            _deliver_to(
-                client, base, gen, RuntimeError(f"{base}: the stage failed: {err}"), waiting
-            )
+            with contextlib.suppress(Exception):  # (never hiding the failure itself)
+                _deliver_to(
+                    client, base, gen, RuntimeError(f"{base}: the stage failed: {err}"), waiting
+                )
             raise
         else:
             _deliver_to(client, base, gen, result, waiting)
@@ -180,7 +182,13 @@ def contribute(
 def _deliver_to(client: Any, base: str, gen: int, outcome: Any, waiting: int) -> None:
     """Hand ``outcome`` (a checkpoint or an error) to the ``waiting`` calls of the step's
     round ``gen``, in one round trip; pickled here, so the scheduler need not import us."""
-    client.run_on_scheduler(_deliver(base, gen, waiting), pickle.dumps(outcome))
+    if not waiting:
+        return
+    try:
+        payload = pickle.dumps(outcome)
+    except Exception as err:  # the waiting calls must not wait for what cannot travel
+        payload = pickle.dumps(StageError(f"{base}: the step's outcome cannot be sent: {err}"))
+    client.run_on_scheduler(_deliver(base, gen, waiting), payload)
 
 
 def _holder(base: str) -> str:
@@ -275,7 +283,8 @@ def _outcome(base: str, gen: int, timeout: float) -> Callable[..., Any]:
             box["taken"] += 1
             payload = box["payload"]
         if "expected" in box and box["taken"] + box["gone"] >= box["expected"]:
-            outs.pop(gen, None)
+            if outs.get(gen) is box:  # (not a box opened since for this round)
+                del outs[gen]
         return payload
 
     return take
@@ -300,10 +309,12 @@ def _deliver(base: str, gen: int, waiting: int) -> Callable[..., None]:
 
         outs = dask_scheduler.task_metadata.setdefault(base, {}).setdefault("out", {})
         box = outs.setdefault(gen, {"event": asyncio.Event(), "taken": 0, "gone": 0})
+        if "expected" in box:  # the round's first outcome stands (two calls that failed)
+            return
         box["payload"], box["expected"] = payload, waiting
         box["event"].set()
         if box["taken"] + box["gone"] >= waiting:
-            outs.pop(gen, None)
+            del outs[gen]
 
     return deliver
 

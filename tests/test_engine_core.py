@@ -742,3 +742,29 @@ def test_the_bounce_buffer_starts_at_a_huge_page_and_is_private_to_its_thread():
     t.start()
     t.join()
     assert _address(other[0]) != _address(mine)
+
+
+def test_a_kernel_refusing_huge_pages_keeps_direct_writes(tmp_path, monkeypatch):
+    """madvise fails with EINVAL where the kernel has no huge pages: that must not read
+    as the device refusing direct writes (which turns them off for the file)."""
+    import threading
+
+    from orchestrator.engine import directio
+
+    monkeypatch.setattr(directio, "_HUGE_ADVICE", 0x7FFF)  # no such advice: EINVAL
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"")
+    blob = np.arange(3 << 20, dtype=np.uint8)
+    out: list[bool] = []
+
+    def write() -> None:  # a new thread: its buffer is made under the refused advice
+        f = directio.PositionedFile(path)
+        f.write(0, memoryview(blob[1:]))  # misaligned: through the buffer
+        out.append(f.direct)
+        f.close()
+
+    t = threading.Thread(target=write)
+    t.start()
+    t.join()
+    assert out == [True]
+    assert path.read_bytes() == blob[1:].tobytes()

@@ -288,3 +288,34 @@ def test_a_failing_capture_fails_the_captures_of_its_target(cluster, tmp_path):
     assert "rank 1 diverged" in errors[1]
     assert "client 1 failed" in errors[0] and "client 1 failed" in errors[2]
     assert not (tmp_path / "cf.h5").exists()
+
+
+def test_a_rounds_first_outcome_reaches_every_waiting_call_whatever_the_order():
+    """Scheduler-side hand-over, on a stand-in scheduler: calls that start waiting before
+    or after the outcome arrives all get it; a second outcome of the round (a second call
+    that failed) changes nothing; the entry is gone once every call took it."""
+    import asyncio
+
+    from orchestrator.plugins.dask import _deliver, _outcome
+
+    class Scheduler:
+        def __init__(self):
+            self.task_metadata = {}
+
+    s = Scheduler()
+
+    async def run():
+        early = [asyncio.ensure_future(_outcome("st", 3, 5.0)(dask_scheduler=s)) for _ in range(2)]
+        await asyncio.sleep(0)
+        _deliver("st", 3, 3)(b"first", dask_scheduler=s)
+        _deliver("st", 3, 0)(b"second", dask_scheduler=s)  # nobody left for it: ignored
+        late = await _outcome("st", 3, 5.0)(dask_scheduler=s)
+        return [await e for e in early] + [late]
+
+    assert asyncio.run(run()) == [b"first"] * 3
+    assert s.task_metadata["st"]["out"] == {}
+
+    async def too_late():  # no outcome comes: the call gets None after its timeout
+        return await _outcome("st", 4, 0.05)(dask_scheduler=s)
+
+    assert asyncio.run(too_late()) is None

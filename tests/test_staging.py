@@ -209,9 +209,29 @@ def test_shards_we_encode_are_zarr_pythons_bytes(case, seed):
     writes for the same rows (the last shard padded with the fill value), for every dtype,
     1-3 dimensions, no compressor or zstd at several levels with or without its checksum;
     and zarr-python reads them back."""
+    _compare_with_zarr_python(*case, seed)
+
+
+@pytest.mark.parametrize("comp", [None, "default"])
+def test_large_shards_written_direct_are_zarr_pythons_bytes(comp):
+    """Shards of a few MiB go to disk with their whole pages direct (O_DIRECT) and their
+    last partial page through the cache: still zarr-python's bytes, file by file."""
+    from orchestrator.engine.directio import DIRECT_MIN, PositionedFile
+
+    with tempfile.NamedTemporaryFile() as probe:
+        f = PositionedFile(probe.name)
+        direct = f.direct
+        f.close()
+    if not direct:
+        pytest.skip(f"{tempfile.gettempdir()} takes no O_DIRECT: the path under test is not run")
+    shape, rps = (1100, 160, 3), 500  # 1.9 MiB shards, the last one padded
+    assert rps * 160 * 3 * 8 > DIRECT_MIN
+    _compare_with_zarr_python(shape, "<f8", rps, comp, 11)
+
+
+def _compare_with_zarr_python(shape, dtype, rps, comp, seed):
     import zarr.codecs as zc
 
-    shape, dtype, rps, comp = case
     rng = np.random.default_rng(seed)
     values = (rng.random(shape) * 200 - 100).astype(dtype)
     fill = None if seed % 5 == 0 else np.array(7).astype(dtype).item()  # None: zarr's 0

@@ -43,6 +43,7 @@ __all__ = [
     "dirty_budget",
     "preallocate",
     "start_writeback",
+    "write_file",
 ]
 
 #: set to 0 to write every byte through the page cache
@@ -76,10 +77,12 @@ DIRECT_MIN_RESERVED = 256 << 10
 _local = threading.local()
 #: a transparent huge page (x86-64; arm64 with 4 KiB pages)
 _HUGE = 2 << 20
+#: the advice that asks for huge pages (None where the platform has none)
+_HUGE_ADVICE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
 
 
 def _bounce() -> memoryview:
-    """This thread's aligned buffer, reused (so it stays warm), in huge pages where the kernel has them.
+    """This thread's aligned buffer, reused, in huge pages where the kernel has them.
 
     A direct write goes to the device in requests of at most ``max_segments``
     pieces of contiguous memory (254 on this machine's disk): from 4 KiB pages a
@@ -94,8 +97,11 @@ def _bounce() -> memoryview:
     if buf is None:
         # private: shared anonymous memory is shmem, which gets no huge pages by default
         m = mmap.mmap(-1, BOUNCE + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
-            m.madvise(mmap.MADV_HUGEPAGE)
+        if hasattr(m, "madvise") and _HUGE_ADVICE is not None:
+            try:
+                m.madvise(_HUGE_ADVICE)
+            except OSError:  # a kernel without huge pages (EINVAL): small pages it is
+                pass
         view = memoryview(m)
         skip = -_address(view) % _HUGE  # huge pages only where a whole one fits aligned
         buf = _local.buf = view[skip : skip + BOUNCE]
@@ -305,6 +311,42 @@ class PositionedFile:
             if fd is not None:
                 os.close(fd)
         self.dfd = None
+
+
+def write_file(
+    path: str | os.PathLike[str], views: Sequence[memoryview], mode: int = 0o666
+) -> None:
+    """Create ``path`` (``mode`` less the umask; emptied if it exists) holding the views' bytes.
+
+    Files of :data:`DIRECT_MIN` or more go as a :class:`PositionedFile` run
+    (whole pages direct, the last partial page through the cache); smaller
+    ones, or where the new file's mode forbids opening it again for writing,
+    through the descriptor that created it.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "shard"
+    >>> write_file(path, [memoryview(b"chunk"), memoryview(b"index")])
+    >>> path.read_bytes()
+    b'chunkindex'
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        if sum(len(v) for v in views) >= DIRECT_MIN:
+            try:
+                f = PositionedFile(path)
+            except PermissionError:  # (a umask that takes the owner's write away)
+                pass
+            else:
+                try:
+                    f.writev(0, views)
+                finally:
+                    f.close()
+                return
+        _pwritev_all(fd, views, 0)
+    finally:
+        os.close(fd)
 
 
 def _linux_call(name: str, *argtypes: Any) -> Any:
