@@ -87,6 +87,25 @@ def test_policies_listing():
         assert name in p.stdout
 
 
+def test_the_module_runs_as_the_command_does():
+    """``python -m orchestrator.cli`` is ``iorch`` (where the console script is not on the path)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "policies"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == run("policies").stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "schedule", "--policy", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
 def test_outputs_are_both_written_or_neither(tmp_path):
     t = tmp_path / "t.csv"
     t.write_text("client,ionode,nbytes\n0,0,3\n1,0,4\n")

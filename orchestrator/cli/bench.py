@@ -251,7 +251,9 @@ def write_bench_cmd(
         str, typer.Option(help="Bytes to write per policy, e.g. 256MiB, 2GiB.")
     ] = "1GiB",
     clients: Annotated[int, typer.Option(min=1, help="Clients (contributing tasks).")] = 16,
-    ionodes: Annotated[int, typer.Option(min=1, help="I/O workers of the embedded cluster.")] = 4,
+    ionodes: Annotated[
+        int, typer.Option(min=1, help="I/O workers of the embedded cluster.")
+    ] = defaults.N_IONODES,
     format: Annotated[str, typer.Option(help=FORMATS)] = defaults.FORMAT,
     policy: Annotated[
         str, typer.Option(help="A policy name, a comma list, or 'all'.")
@@ -552,7 +554,7 @@ def bench_stage(
     formats: Annotated[str, typer.Option(help="Comma list: hdf5, zarr.")] = "hdf5,zarr",
     quick: Annotated[bool, typer.Option(help="256 MiB, 16 tasks, both formats.")] = False,
     policy: Annotated[str, typer.Option(help="Policy of the orchestrated stage.")] = "ecf",
-    ionodes: Annotated[int, typer.Option(min=1, help="I/O workers.")] = 4,
+    ionodes: Annotated[int, typer.Option(min=1, help="I/O workers.")] = defaults.N_IONODES,
     repeat: Annotated[int, typer.Option(min=1, help="Runs of each way; medians shown.")] = 3,
     out: Annotated[Path, typer.Option(help="Directory on the disk to measure.")] = Path(
         "out/bench-stage"

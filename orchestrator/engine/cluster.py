@@ -17,6 +17,7 @@ from typing import Any
 
 import dask
 
+from .. import defaults
 from ..errors import ClusterError
 from ..files import signals_deferred
 from .security import load_credentials, new_security, publish_credentials, withdraw_credentials
@@ -362,8 +363,8 @@ def _embedded_cluster_class() -> type:
 
 
 def local_cluster(
-    n_ionodes: int = 4,
-    n_compute: int = 2,
+    n_ionodes: int = defaults.N_IONODES,
+    n_compute: int = defaults.N_COMPUTE,
     memory_limit: str = "2GiB",
     threads_per_compute: int = 1,
     compute_memory: str | int | None = None,

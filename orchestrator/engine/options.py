@@ -90,7 +90,7 @@ class WriteOptions:
     policy: str = defaults.POLICY
     strategy: str = defaults.STRATEGY
     stripe_bytes: int = defaults.STRIPE_BYTES
-    assignment: str | Mapping[str, Any] = "owner"
+    assignment: str | Mapping[str, Any] = defaults.ASSIGNMENT
     unique: bool = False
     allow_missing: bool = False
     overwrite: bool = False
@@ -99,7 +99,7 @@ class WriteOptions:
     attrs: Mapping[str, Mapping[str, Any]] | None = None
     window: int = DEFAULT_WINDOW
     direct: bool | None = None
-    n_ionodes: int = 4
+    n_ionodes: int = defaults.N_IONODES
     policy_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

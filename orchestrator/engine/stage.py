@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import defaults
 from ..assignment import assign_holdings
 from ..contributions import Contribution, ContributionError, DatasetSpec, gather
 from ..files import remove_path
@@ -350,7 +351,11 @@ def write_stage(
         target.parent, total, f"the datasets of {target.name} ({len(datasets)})", StorageError
     )
     own = cluster is None
-    cl = local_cluster(n_ionodes=opts.n_ionodes, n_compute=2) if cluster is None else cluster
+    cl = (
+        local_cluster(n_ionodes=opts.n_ionodes, n_compute=defaults.N_COMPUTE)
+        if cluster is None
+        else cluster
+    )
     clock = _Clock()
     if not own:
         cl.refresh()  # a worker restarted since the last stage has a new address

@@ -262,7 +262,7 @@ def set_default_cluster(cluster: Any) -> None:
 def _default_cluster(n_ionodes: int) -> Any:
     with _DEFAULT_LOCK:
         if _DEFAULT.get("cluster") is None:
-            cl = local_cluster(n_ionodes=n_ionodes, n_compute=2)
+            cl = local_cluster(n_ionodes=n_ionodes, n_compute=defaults.N_COMPUTE)
             _DEFAULT["cluster"] = cl
             atexit.register(cl.close)
         return _DEFAULT["cluster"]
@@ -422,14 +422,14 @@ def output_stage(
     policy: str = defaults.POLICY,
     strategy: str = defaults.STRATEGY,
     stripe_bytes: int = defaults.STRIPE_BYTES,
-    assignment: str = "owner",
+    assignment: str = defaults.ASSIGNMENT,
     step: str | None = "step",
     client: str | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     allow_missing: bool = False,
     overwrite: bool = False,
     scheduler: str | None = None,
-    n_ionodes: int = 4,
+    n_ionodes: int = defaults.N_IONODES,
     cluster: Any = None,
     wait: bool = True,
 ) -> Any:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from orchestrator import defaults
 from orchestrator.engine.cluster import (
     LOOPBACK,
     ClusterError,
@@ -377,7 +378,7 @@ def workflow_cluster(
     if cluster == "slurm" and alloc is None:
         raise SlurmError("--cluster slurm: not inside a Slurm job (SLURM_JOB_ID is not set)")
     if alloc is None:
-        return local_cluster(n_ionodes=ionodes or 4, n_compute=2)
+        return local_cluster(n_ionodes=ionodes or defaults.N_IONODES, n_compute=defaults.N_COMPUTE)
     announce(f"Slurm job {alloc.job_id}: starting Dask workers on {', '.join(alloc.nodes)}")
     return allocation_cluster(
         io_nodes, ionodes, shared_nodes, compute_per_node, local_directory, allocation=alloc
