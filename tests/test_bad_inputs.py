@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import orchestrator as orc
@@ -271,6 +271,7 @@ def test_capture(tmp_path_factory, field, data):
         max_size=6,
     )
 )
+@example(lines=["1 0", "99999999999999999999999"])  # beyond 64 bits: was an OverflowError
 def test_metis_graph(tmp_path_factory, lines):
     from workflows.mesh import read_metis_graph
 

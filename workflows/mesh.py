@@ -115,9 +115,10 @@ def read_metis_graph(
     for v, (lineno, line) in enumerate(rows):
         try:
             nb = np.array(line.split(), dtype=np.int64)
-        except ValueError:
+        except (ValueError, OverflowError):  # (beyond 64 bits: no vertex id either)
             raise MeshFormatError(
                 f"{path}, line {lineno}: {line.strip()[:40]!r} holds a non-integer"
+                " or one beyond 64 bits"
             ) from None
         bad = (nb < 1) | (nb > n) | (nb == v + 1)
         if bad.any():
