@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .contributions import Contribution, DatasetSpec
     from .cost import PRESETS, CostModel, get_cost_model
+    from .engine.backends import backend_names, register_backend, unregister_backend
     from .engine.cluster import IOCluster, connect, local_cluster
-    from .engine.stage import StageResult, WriteOptions, open_datasets, verify, write_stage
-    from .engine.storage import Backend, backend_names, register_backend, unregister_backend
+    from .engine.stage import StageResult, WriteOptions, write_stage
+    from .engine.storage import Backend
+    from .engine.verify import open_datasets, verify
     from .errors import (
         CaptureError,
         CheckpointError,

@@ -17,9 +17,11 @@ import pytest
 
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.engine.backends import get_backend
 from orchestrator.engine.cluster import local_cluster
-from orchestrator.engine.stage import StageError, verify, write_stage
-from orchestrator.engine.storage import StorageError, get_backend
+from orchestrator.engine.stage import StageError, write_stage
+from orchestrator.engine.storage import StorageError
+from orchestrator.engine.verify import verify
 from orchestrator.errors import OrchestratorError
 
 FORMATS = ["hdf5", "hdf5-vds", "hdf5-chunked", "zarr"]

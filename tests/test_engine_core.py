@@ -438,7 +438,7 @@ def test_preallocate_reserves_the_ranges_blocks_and_keeps_the_size(tmp_path):
 def test_an_hdf5_stage_file_has_its_datasets_blocks_before_any_write(tmp_path):
     """Direct writes into holes stall behind other I/O nodes' fsyncs: create reserves them."""
     from orchestrator.contributions import DatasetSpec
-    from orchestrator.engine.storage import get_backend
+    from orchestrator.engine.backends import get_backend
     from orchestrator.layout import StripeLayout
 
     specs = [DatasetSpec("u", (1 << 16, 4), "float64"), DatasetSpec("v", (1000,), "int32")]
@@ -454,8 +454,8 @@ def test_only_stages_beyond_the_dirty_budget_write_small_runs_direct(tmp_path, m
     """Small runs go through the cache while it absorbs the stage; past the kernel's
     dirty budget (throttled writeback) they go direct, if the file's blocks are reserved."""
     from orchestrator.contributions import DatasetSpec
+    from orchestrator.engine.backends import get_backend
     from orchestrator.engine.directio import DIRECT_MIN, DIRECT_MIN_RESERVED, dirty_budget
-    from orchestrator.engine.storage import get_backend
     from orchestrator.layout import StripeLayout
 
     assert dirty_budget() > 0  # Linux: read from /proc
@@ -526,7 +526,7 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     """write_cut on a source that opens another file than its I/O node writes nothing and
     returns the bytes; on the same file it writes them and returns their CRC-32s."""
     from orchestrator.contributions import Contribution
-    from orchestrator.engine.storage import get_backend
+    from orchestrator.engine.backends import get_backend
     from orchestrator.engine.worker import write_cut
 
     spec = DatasetSpec("u", (6,), "int64")
@@ -567,7 +567,7 @@ def test_stripes_assembled_for_another_file_come_back_for_the_io_node(tmp_path):
     import zarr
 
     from orchestrator.contributions import Contribution
-    from orchestrator.engine.storage import get_backend
+    from orchestrator.engine.backends import get_backend
     from orchestrator.engine.worker import store_stripes
 
     spec = DatasetSpec("u", (8, 2), "int32", fill_value=-7)

@@ -90,7 +90,7 @@ def test_restart_after_a_real_kill_resumes_and_ends_in_the_same_state(tmp_path):
     resumed = int(again.split("resuming after step ")[1].split()[0])
     assert 3 <= resumed < 9
     assert again.splitlines()[-1] == clean.splitlines()[-1]  # same final checksum
-    from orchestrator.engine.stage import verify
+    from orchestrator.engine.verify import verify
 
     for ck in (killed / "checkpoints").glob("sim-step*.h5"):  # every visible one is complete
         assert verify(ck) == []

@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given
 
 import orchestrator as orc
-from orchestrator.engine.storage import (
-    Backend,
-    Writer,
+from orchestrator.engine.backends import (
     backend_names,
     format_of,
     register_backend,
     unregister_backend,
 )
+from orchestrator.engine.storage import Backend, Writer
 from orchestrator.files import fsync_tree
 from orchestrator.policies import (
     Policy,
@@ -329,7 +328,7 @@ def test_format_of_survives_hostile_targets_and_broken_plugins(tmp_path):
 
 
 def test_a_format_registered_by_module_path_reaches_workers_as_its_class():
-    from orchestrator.engine.storage import backend_ref
+    from orchestrator.engine.backends import backend_ref
     from plugins.hdf5 import HDF5Backend
 
     assert backend_ref("hdf5") == "hdf5"  # every process finds the built-ins by name

@@ -24,7 +24,8 @@ from orchestrator.engine.security import (
     publish_credentials,
     withdraw_credentials,
 )
-from orchestrator.engine.stage import verify, write_stage
+from orchestrator.engine.stage import write_stage
+from orchestrator.engine.verify import verify
 from orchestrator.errors import ClusterError
 
 

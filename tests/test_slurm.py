@@ -32,7 +32,8 @@ from orchestrator.workflows.bips3d import verify_dump
 
 import orchestrator as orc
 from orchestrator.contributions import Contribution, DatasetSpec
-from orchestrator.engine.stage import verify, write_stage
+from orchestrator.engine.stage import write_stage
+from orchestrator.engine.verify import verify
 
 IORCH = str(Path(sys.executable).parent / "iorch")
 
@@ -531,7 +532,8 @@ import parsl
 
 import orchestrator as orc
 from orchestrator.contributions import Contribution, DatasetSpec
-from orchestrator.engine.stage import verify, write_stage
+from orchestrator.engine.stage import write_stage
+from orchestrator.engine.verify import verify
 from orchestrator.workflows.bips3d import verify_dump
 from orchestrator.engine.cluster import local_cluster
 from orchestrator.plugins.parsl import output_app

@@ -34,8 +34,8 @@ import numpy.typing as npt
 from orchestrator import defaults
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.cost import CostModel
+from orchestrator.engine.backends import get_backend
 from orchestrator.engine.options import WriteOptions
-from orchestrator.engine.storage import get_backend
 from orchestrator.errors import DumpError, InputError
 from orchestrator.files import remove_path
 from orchestrator.replicas import METHODS, IntervalStats, ReplicaSets, assign, interval_stats
@@ -390,7 +390,7 @@ def verify_dump(
     32888
     """
     # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
-    from orchestrator.engine.stage import open_datasets
+    from orchestrator.engine.verify import open_datasets
 
     with open_datasets(path) as data:
         if DATASET not in data:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..contributions import DatasetSpec
+from ..engine.backends import get_backend
 from ..engine.cluster import IOCluster
 from ..engine.dispatch import DEFAULT_WINDOW
 from ..engine.measure import (
@@ -31,7 +32,6 @@ from ..engine.measure import (
 )
 from ..engine.probes import block, peak_rss
 from ..engine.stage import write_stage
-from ..engine.storage import get_backend
 from ..files import fsync_path, fsync_tree, remove_path
 from ..plots import close, realized_gantt
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cost import CostModel, get_cost_model
-from ..engine.storage import backend_names
+from ..engine.backends import backend_names
 from ..errors import OrchestratorError, PolicyError
 from ..transfers import TransferSet
 

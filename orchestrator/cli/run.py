@@ -253,7 +253,7 @@ def verify_cmd(
     Example: ``iorch verify out/ckpt.h5``
     """
     # engine.stage loads distributed: when the command runs, not at iorch --help
-    from ..engine.stage import verify
+    from ..engine.verify import verify
 
     bad = verify(path)
     if bad:

@@ -2,7 +2,9 @@
 (:mod:`~orchestrator.engine.program`, :mod:`~orchestrator.engine.window`) and the
 effects that run them on Dask (:mod:`~orchestrator.engine.dispatch` on the stage's
 side, :mod:`~orchestrator.engine.worker` on the workers) and commit the result
-(:mod:`~orchestrator.engine.commit`)."""
+(:mod:`~orchestrator.engine.commit`). A stage end to end is
+:mod:`~orchestrator.engine.stage`; reading a committed one back,
+:mod:`~orchestrator.engine.verify`."""
 
 import importlib
 from typing import TYPE_CHECKING, Any

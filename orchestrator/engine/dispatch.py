@@ -22,10 +22,11 @@ from ..contributions import Contribution, DatasetSpec
 from ..errors import InputError, StageError
 from ..layout import StageTransfers
 from ..plan import Plan
+from .backends import backend_ref, get_backend
 from .cluster import IOCluster, ionode_name
 from .options import DEFAULT_WINDOW
 from .program import Program, build_program, unit_ranges
-from .storage import backend_ref, crc32, fold_crc32, get_backend
+from .storage import crc32, fold_crc32
 from .trace import Trace
 from .worker import DIRECT_AHEAD, abort, busy, cut, run_ionode, submit_cut, write_cut
 

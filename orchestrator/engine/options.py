@@ -17,7 +17,7 @@ from ..checks import is_int
 from ..cost import CostModel
 from ..errors import ContributionError, InputError, StageError
 from ..layout import STRATEGIES, LayoutError
-from .storage import get_backend
+from .backends import get_backend
 
 __all__ = ["DEFAULT_WINDOW", "WriteOptions"]
 
@@ -32,7 +32,7 @@ class WriteOptions:
     Parameters
     ----------
     format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
-        Or any registered backend (:func:`~orchestrator.engine.storage.backend_names`).
+        Or any registered backend (:func:`~orchestrator.engine.backends.backend_names`).
     policy : str
         Scheduling policy (see :func:`orchestrator.policies`).
     strategy : {"contiguous", "list", "two-phase"}

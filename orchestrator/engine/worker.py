@@ -49,11 +49,12 @@ from ..contributions import ContributionError, cast_exactly
 from ..errors import StageAborted as Aborted
 from ..errors import StageError
 from ..files import remove_path
+from .backends import get_backend
 from .buffers import STRIPES
 from .directio import contiguous_runs
 from .program import Batch, Cut, NodeProgram, StripeGroup, stripe_groups
 from .staging import open_staging, read_staged, remove_staging, stage_pieces, sweep_dead
-from .storage import Backend, WholeStripeWriter, crc32, get_backend
+from .storage import Backend, WholeStripeWriter, crc32
 from .window import Fetch, Window, Write
 
 __all__ = [

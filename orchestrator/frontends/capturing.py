@@ -28,8 +28,8 @@ import numpy as np
 from .. import defaults
 from ..checks import is_int
 from ..contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
+from ..engine.backends import get_backend
 from ..engine.options import WriteOptions
-from ..engine.storage import get_backend
 from ..errors import CaptureError
 from .checkpoint import Checkpoint
 from .intercept import OutputStage, StageOptions

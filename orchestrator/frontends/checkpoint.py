@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.storage import read_checked_manifest
+from ..engine.backends import read_checked_manifest
 from ..errors import CheckpointError
 
 __all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
@@ -83,8 +83,8 @@ def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: boo
     ...     first = data["u"][:10]
     """
     # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
-    from ..engine.stage import open_datasets
-    from ..engine.stage import verify as check  # likewise
+    from ..engine.verify import open_datasets
+    from ..engine.verify import verify as check  # likewise
 
     path = Path(path)
     if not path.exists():
@@ -137,7 +137,7 @@ def latest_checkpoint(
     candidates = [p for p in glob.glob(os.fspath(pattern)) if not Path(p).name.startswith(".")]
     candidates.sort(key=lambda p: (_natural_key(p), mtime(p)), reverse=True)
     # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers
-    from ..engine.stage import verify as check
+    from ..engine.verify import verify as check
 
     for p in candidates:
         path = Path(p)

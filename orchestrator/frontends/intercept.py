@@ -44,9 +44,9 @@ import numpy as np
 from .. import defaults
 from ..checks import is_int
 from ..contributions import Contribution, ContributionError, DatasetSpec
+from ..engine.backends import get_backend
 from ..engine.cluster import local_cluster
 from ..engine.options import WriteOptions
-from ..engine.storage import get_backend
 from ..errors import SignatureError
 from ..plugins import dask as dask_plugin
 from .checkpoint import Checkpoint

@@ -14,7 +14,7 @@ the lower bound, and never below an exact optimum where one is given
 :class:`BackendTests` writes random stages through a backend's writers,
 commits them, and checks every byte through the backend's own reader and
 its ``open``, the stripe checksums, the manifest, and that the committed
-target is recognised as this format (:func:`~orchestrator.engine.storage.format_of`).
+target is recognised as this format (:func:`~orchestrator.engine.backends.format_of`).
 
 Examples
 --------
@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 
 from ..contributions import DatasetSpec
 from ..cost import CostModel
+from ..engine.backends import MANIFEST_VERSION, backend_names, format_of, get_backend
 from ..engine.commit import commit
-from ..engine.storage import MANIFEST_VERSION, backend_names, format_of, get_backend
 from ..errors import PolicyError
 from ..layout import StripeLayout
 from ..plan import Plan
@@ -272,7 +272,7 @@ class BackendTests:
             target, specs, values, n_ionodes, stripe, data.draw(st.integers(0, 99))
         )
         # engine.stage loads distributed, which the policy kit does not need
-        from ..engine.stage import open_datasets, verify
+        from ..engine.verify import open_datasets, verify
 
         backend = get_backend(self.format)
         assert format_of(target) == self.format

@@ -18,8 +18,8 @@ import pytest
 
 import orchestrator as orc
 from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.engine.backends import format_of, get_backend
 from orchestrator.engine.cluster import local_cluster
-from orchestrator.engine.storage import format_of, get_backend
 from orchestrator.errors import CheckpointError
 
 IORCH = str(Path(sys.executable).with_name("iorch"))

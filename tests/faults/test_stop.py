@@ -109,7 +109,7 @@ def test_an_io_node_failing_to_open_its_writer_is_not_waited_for(tmp_path):
     read-only file system) fails the stage, and stops counting as a running writer: it
     was counted for good, and every later stop of a stage waited its whole timeout on it
     (seen as 5 s between a SIGTERM and the end of ``iorch run``)."""
-    from orchestrator.engine.storage import register_backend, unregister_backend
+    from orchestrator.engine.backends import register_backend, unregister_backend
     from plugins.hdf5 import HDF5Backend
 
     class Unopenable(HDF5Backend):
