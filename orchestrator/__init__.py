@@ -100,10 +100,12 @@ _LAZY = {
     "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
     "plan": ("Plan", "Units", "lower_bound"),
     "policies": ("Policy", "policies", "register_policy", "schedule", "unregister_policy"),
-    "engine.storage": ("Backend", "backend_names", "register_backend", "unregister_backend"),
+    "engine.storage": ("Backend",),
+    "engine.backends": ("backend_names", "register_backend", "unregister_backend"),
     "replicas": ("IntervalStats", "ReplicaSets", "assign", "interval_stats", "replica_sets"),
     "simulate": ("Simulation", "simulate"),
-    "engine.stage": ("StageResult", "WriteOptions", "open_datasets", "verify", "write_stage"),
+    "engine.stage": ("StageResult", "WriteOptions", "write_stage"),
+    "engine.verify": ("open_datasets", "verify"),
     "transfers": ("TransferSet",),
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
