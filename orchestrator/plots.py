@@ -218,8 +218,13 @@ def realized_gantt(
             mine = rows == r
             spans = list(zip(s0[mine], (s1 - s0)[mine], strict=True))
             shades = [colour(int(plan.client[u])) for u in np.asarray(units)[mine]]
+            # realized: one bar per write, often many and tiny: outlines would paint them black
             ax.broken_barh(
-                spans, (r - 0.4, 0.8), facecolors=shades, edgecolor="black", linewidth=0.3
+                spans,
+                (r - 0.4, 0.8),
+                facecolors=shades,
+                edgecolor="black",
+                linewidth=0.3 if label == "planned" else 0.0,
             )
         ax.set_ylim(-0.6, n_rows - 0.4)
         ax.set_ylabel("I/O node")

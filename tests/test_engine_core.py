@@ -768,3 +768,28 @@ def test_a_kernel_refusing_huge_pages_keeps_direct_writes(tmp_path, monkeypatch)
     t.join()
     assert out == [True]
     assert path.read_bytes() == blob[1:].tobytes()
+
+
+def test_a_units_writes_stay_apart_in_the_trace_while_its_row_spans_them():
+    """A unit whose bytes lie in two batches is written twice, with idle time between: its
+    row spans both (plan order, makespan), its writes are two spans (what a chart draws)."""
+    from orchestrator.engine.trace import Trace
+
+    result = {
+        "ionode": 1,
+        "worker": "io-1",
+        "sources": [],
+        # unit 5: two ranges of one run, then one range a batch later; then unit 6
+        "unit": np.array([5, 5, 5, 6]),
+        "start": np.array([10.0, 10.0, 10.5, 10.6]),
+        "end": np.array([10.1, 10.1, 10.6, 10.7]),
+        "nbytes": np.array([4, 4, 8, 8]),
+        "batch": np.array([0, 0, 1, 1]),
+        "flush": (10.7, 10.8),
+    }
+    tr = Trace.from_results([result], n_units=7)
+    assert tr.unit.tolist() == [5, 6] and tr.nbytes.tolist() == [16, 8]
+    assert np.allclose(tr.start, [0.0, 0.6]) and np.allclose(tr.end, [0.6, 0.7])
+    unit, ionode, start, end = tr.writes()
+    assert unit.tolist() == [5, 5, 6] and ionode.tolist() == [1, 1, 1]
+    assert np.allclose(start, [0.0, 0.5, 0.6]) and np.allclose(end, [0.1, 0.6, 0.7])

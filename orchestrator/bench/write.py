@@ -426,11 +426,7 @@ def run(
             if gantt_dir is not None:
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
-                close(
-                    realized_gantt(
-                        res.plan, tr.unit, tr.ionode, tr.start, tr.end, path=gantt_dir / name
-                    )
-                )
+                close(realized_gantt(res.plan, *tr.writes(), path=gantt_dir / name))
             remove_path(target)
             return res.seconds, res
 

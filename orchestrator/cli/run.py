@@ -231,17 +231,11 @@ def _report_bips3d(
         title = f"{case.name}: writer of each node, {case.n_parts} partitions"
         close(interval_map(writers, case.n_parts, path=out / "interval-map.png", title=title))
     for r in results:
-        tr = r.result.trace
-        close(
-            realized_gantt(
-                r.result.plan,
-                tr.unit,
-                tr.ionode,
-                tr.start,
-                tr.end,
-                path=out / f"gantt-{r.method}.png",
-            )
-        )
+        # each write where it happened: a unit's row would span the idle time between the
+        # batches holding its bytes
+        unit, ionode, start, end = r.result.trace.writes()
+        path = out / f"gantt-{r.method}.png"
+        close(realized_gantt(r.result.plan, unit, ionode, start, end, path=path))
     console.print(f"plots and results.json in {out}/")
 
 

@@ -12,6 +12,9 @@ import numpy.typing as npt
 __all__ = ["Trace"]
 
 
+_Spans = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """One row per executed unit, in the order each I/O node wrote them (seconds from start).
@@ -41,6 +44,31 @@ class Trace:
     #: written one after another; with direct writes a batch's units may run side by side)
     batch_first: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     batch_last: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: the writes themselves, one row per distinct span (a unit whose bytes lie in several
+    #: batches, or in runs written at different times, has several): what a realized
+    #: chart draws. A unit's row above spans all of them, idle time between included
+    spans: _Spans = field(
+        default_factory=lambda: (
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(0),
+            np.zeros(0),
+        )
+    )
+
+    def writes(self) -> _Spans:
+        """``(unit, ionode, start, end)`` of every write (falls back to the unit rows).
+
+        Examples
+        --------
+        >>> t = Trace(np.array([0]), np.array([0]), np.array([0.0]), np.array([1.0]),
+        ...           np.array([8]), ["w"])
+        >>> [a.tolist() for a in t.writes()]
+        [[0], [0], [0.0], [1.0]]
+        """
+        if self.spans[0].size:
+            return self.spans
+        return self.unit, self.ionode, self.start, self.end
 
     @property
     def makespan(self) -> float:
@@ -68,7 +96,7 @@ class Trace:
     @classmethod
     def from_results(cls, results: Sequence[dict[str, Any]], n_units: int) -> Trace:
         """Merge the writer loops' per-range rows into one row per unit."""
-        rows = []
+        rows, writes = [], []
         for r in results:
             if not r["unit"].size:
                 continue
@@ -81,6 +109,13 @@ class Trace:
             names = [r["worker"] if b < 0 else r["sources"][b] for b in by.tolist()]
             batch = r.get("batch", np.zeros(u.size, np.int64))
             lo, hi, add = np.minimum.reduceat, np.maximum.reduceat, np.add.reduceat
+            # a write: consecutive ranges of one unit with the same span (one run's)
+            st, en = r["start"], r["end"]
+            new = np.concatenate(
+                ([True], (u[1:] != u[:-1]) | (st[1:] != st[:-1]) | (en[1:] != en[:-1]))
+            )
+            w = np.flatnonzero(new)
+            writes.append((u[w], np.full(w.size, r["ionode"]), st[w], en[w]))
             rows.append(
                 (
                     u[idx],
@@ -121,4 +156,10 @@ class Trace:
             peak_held=peak,
             batch_first=np.concatenate([r[6] for r in rows]).astype(np.int64),
             batch_last=np.concatenate([r[7] for r in rows]).astype(np.int64),
+            spans=(
+                np.concatenate([w[0] for w in writes]).astype(np.int64),
+                np.concatenate([w[1] for w in writes]).astype(np.int64),
+                np.concatenate([w[2] for w in writes]) - t0,
+                np.concatenate([w[3] for w in writes]) - t0,
+            ),
         )
