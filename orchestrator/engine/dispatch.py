@@ -36,7 +36,7 @@ log = logging.getLogger("orchestrator.engine")
 
 #: with ``direct=None`` and workers on several hosts, sources write directly when a stage
 #: holds at least this many full batches per I/O node. On one host they always do: ``make
-#: demo``'s 6.5 MB per node: a dump's stage took 0.10-0.14 s written directly, 0.19-0.25 s
+#: demo``'s 6.5 MB per node took 0.10-0.12 s a dump written directly against 0.19-0.25 s
 #: sent (the nodes seemed to write side by side when sent only because the chart drew each
 #: unit from its first write to its last; drawn per write, they wrote in staggered bursts)
 DIRECT_MIN_BATCHES = 2
@@ -50,11 +50,13 @@ DIRECT_MIN_BATCHES = 2
 DIRECT_BATCH = 64 << 20
 #: ... and no fewer than this many batches per I/O node, so the nodes still advance side
 #: by side in plan order (the sources run the batches' cuts by planned start, over all
-#: nodes), but never smaller than a quarter of the window: each cut is a task, and in a
-#: small stage the tasks' latency is the cost. ``make demo`` (6.5 MB per node), realized
-#: seconds a dump: one batch per node 0.05-0.07 (the nodes one after another, on one
-#: disk), four of 1.6 MB 0.13-0.17 (side by side), sent to the I/O workers 0.10-0.14
+#: nodes: with one batch per node they write node 0's, then node 1's, ...)
 DIRECT_BATCHES_PER_NODE = 4
+#: ... but batches no smaller than this: each of their cuts is a task, and in a small
+#: stage the tasks' latency is the cost. ``make demo`` (6.5 MB per node), realized
+#: seconds a dump: one batch per node 0.05-0.06 (the nodes one after another, on one
+#: disk), four of 1.6 MB 0.13-0.17 (side by side), sent to the I/O workers 0.10-0.14
+DIRECT_BATCH_MIN = 8 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,7 +263,7 @@ def dispatch(
     # several hosts, the other hosts' cuts are fetched, and the window bounds them)
     one_host = local and len(every_host) == 1
     if one_host and batch_bytes is None:
-        batch = max(batch, min(DIRECT_BATCH, per_node // DIRECT_BATCHES_PER_NODE))
+        batch = min(DIRECT_BATCH, max(DIRECT_BATCH_MIN, per_node // DIRECT_BATCHES_PER_NODE))
     program = program_of(
         staged, plan, cl.n_ionodes, source, batch, batch if local else min(batch, 2 << 20)
     )
