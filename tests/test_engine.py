@@ -166,14 +166,9 @@ def test_plans_run_in_plan_order_on_each_ionode(cluster, tmp_path, policy, windo
 
 def test_direct_batches_do_not_shrink_with_the_window(cluster, tmp_path):
     """Direct writes hold nothing on the I/O workers: a tiny window still gives each node
-    batches of its bytes ÷ DIRECT_BATCHES_PER_NODE, within DIRECT_BATCH_MIN..DIRECT_BATCH
-    (each batch's end makes sources wait; each cut is a task), while sent bytes stay cut by
-    the window."""
-    from orchestrator.engine.dispatch import (
-        DIRECT_BATCH,
-        DIRECT_BATCH_MIN,
-        DIRECT_BATCHES_PER_NODE,
-    )
+    about DIRECT_BATCHES_PER_NODE batches (each batch's end makes sources wait), while
+    sent bytes stay cut by the window."""
+    from orchestrator.engine.dispatch import DIRECT_BATCHES_PER_NODE
 
     datasets, truth = _case(seed=3)
     counts = {}
@@ -192,11 +187,8 @@ def test_direct_batches_do_not_shrink_with_the_window(cluster, tmp_path):
             len(np.unique(tr.batch_first[tr.ionode == s])) for s in range(cluster.n_ionodes)
         ]
         assert np.array_equal(_read("hdf5", tmp_path / f"b{direct}.h5")["u"], truth)
-    per_node = truth.nbytes // cluster.n_ionodes
-    batch = min(DIRECT_BATCH, max(DIRECT_BATCH_MIN, per_node // DIRECT_BATCHES_PER_NODE))
-    most = -(-per_node // batch) + 1  # a node's share is not exactly even
-    assert all(1 <= n <= most for n in counts[True]), (counts, most)
-    assert all(n > 2 * most for n in counts[False]), (counts, most)
+    assert all(2 <= n <= DIRECT_BATCHES_PER_NODE + 1 for n in counts[True]), counts
+    assert all(n > 2 * (DIRECT_BATCHES_PER_NODE + 1) for n in counts[False]), counts
 
 
 def test_io_worker_memory_is_bounded_by_the_window(cluster, tmp_path):
@@ -773,18 +765,16 @@ def test_zarr_shards_are_assembled_where_most_of_their_rows_are(cluster, tmp_pat
         assert writers <= set(cluster.ionodes)
 
 
-def test_on_one_host_even_a_small_stage_is_written_by_the_workers_holding_it(cluster, tmp_path):
-    """direct=None with every worker on one host: a stage far below a batch per I/O node is
-    written by the sources themselves (sent, it took twice as long in make demo); direct=False
-    sends every byte to the I/O workers. Both read back exactly."""
+def test_direct_writes_by_default_only_when_the_stage_has_batches_to_spread(cluster, tmp_path):
+    """direct=None: a stage of less than two full batches per I/O node is sent to the I/O
+    workers (written directly, one source would run a node's whole stream at once); the same
+    stage with a window a hundred times smaller is written by the workers holding it."""
     datasets, truth = _case(seed=2)
     small = write_stage(tmp_path / "s.h5", datasets, cluster=cluster, stripe_bytes=1024)
-    assert set(small.trace.worker) & set(cluster.compute)
-    sent = write_stage(
-        tmp_path / "t.h5", datasets, cluster=cluster, stripe_bytes=1024, direct=False
-    )
-    assert set(sent.trace.worker) <= set(cluster.ionodes)
-    for out in ("s.h5", "t.h5"):
+    assert set(small.trace.worker) <= set(cluster.ionodes)
+    many = write_stage(tmp_path / "m.h5", datasets, cluster=cluster, stripe_bytes=1024, window=4096)
+    assert set(many.trace.worker) & set(cluster.compute)
+    for out in ("s.h5", "m.h5"):
         assert np.array_equal(_read("hdf5", tmp_path / out)["u"], truth)
         assert verify(tmp_path / out) == []
 

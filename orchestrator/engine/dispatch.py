@@ -34,11 +34,9 @@ __all__ = ["DEFAULT_WINDOW", "StageError", "dispatch", "fill_pieces", "stripes_o
 
 log = logging.getLogger("orchestrator.engine")
 
-#: with ``direct=None`` and workers on several hosts, sources write directly when a stage
-#: holds at least this many full batches per I/O node. On one host they always do: ``make
-#: demo``'s 6.5 MB per node took 0.10-0.12 s a dump written directly against 0.19-0.25 s
-#: sent (the nodes seemed to write side by side when sent only because the chart drew each
-#: unit from its first write to its last; drawn per write, they wrote in staggered bursts)
+#: with ``direct=None``, sources write directly when a stage holds at least this many full
+#: batches per I/O node (measured: ``make demo``'s 6.5 MB per node ran its I/O nodes one
+#: after another when written directly, side by side when sent)
 DIRECT_MIN_BATCHES = 2
 #: with direct writes on one host, batches grow to this (keeping at least
 #: :data:`DIRECT_BATCHES_PER_NODE` per I/O node) whatever the window: no byte of them is
@@ -49,14 +47,8 @@ DIRECT_MIN_BATCHES = 2
 #: not free either
 DIRECT_BATCH = 64 << 20
 #: ... and no fewer than this many batches per I/O node, so the nodes still advance side
-#: by side in plan order (the sources run the batches' cuts by planned start, over all
-#: nodes: with one batch per node they write node 0's, then node 1's, ...)
+#: by side in plan order
 DIRECT_BATCHES_PER_NODE = 4
-#: ... but batches no smaller than this: each of their cuts is a task, and in a small
-#: stage the tasks' latency is the cost. ``make demo`` (6.5 MB per node), realized
-#: seconds a dump: one batch per node 0.05-0.06 (the nodes one after another, on one
-#: disk), four of 1.6 MB 0.13-0.17 (side by side), sent to the I/O workers 0.10-0.14
-DIRECT_BATCH_MIN = 8 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -233,8 +225,7 @@ def dispatch(
     and removes the temporary output. ``direct`` lets sources on an I/O
     worker's host write their pieces themselves (see
     :mod:`orchestrator.engine.worker`); False sends every byte to the I/O
-    workers; None (the default) writes directly on one host, and between hosts decides
-    by size (:data:`DIRECT_MIN_BATCHES`).
+    workers; None (the default) decides by size (:data:`DIRECT_MIN_BATCHES`).
 
     Examples
     --------
@@ -251,19 +242,18 @@ def dispatch(
     # write directly have nothing to wait for, and full batches cost fewer round trips
     hosts = {get_address_host(a) for a in cl.ionodes}
     per_node = int(plan.transfers.total_bytes) // max(1, cl.n_ionodes)
-    every_host = hosts | {get_address_host(a) for a in addrs}
     if direct is None:
-        # between hosts, few batches per I/O node would make a source write one node's
-        # whole stream before the next node's while the copy it saves is small; on one
-        # host the copy is what a small stage costs (DIRECT_MIN_BATCHES)
-        direct = len(every_host) == 1 or per_node >= DIRECT_MIN_BATCHES * batch
+        # few batches per I/O node: a source would write one node's whole stream before
+        # the next node's (sources, not I/O nodes, become the servers, and the nodes stop
+        # writing side by side), while the copy it saves is small
+        direct = per_node >= DIRECT_MIN_BATCHES * batch
     direct = direct and not aggregate and get_backend(fmt).direct_writes(info)
     local = direct and all(get_address_host(a) in hosts for a in addrs)
     # one host for every worker: every source writes directly for every I/O node (with
     # several hosts, the other hosts' cuts are fetched, and the window bounds them)
-    one_host = local and len(every_host) == 1
+    one_host = local and len(hosts | {get_address_host(a) for a in addrs}) == 1
     if one_host and batch_bytes is None:
-        batch = min(DIRECT_BATCH, max(DIRECT_BATCH_MIN, per_node // DIRECT_BATCHES_PER_NODE))
+        batch = max(batch, min(DIRECT_BATCH, per_node // DIRECT_BATCHES_PER_NODE))
     program = program_of(
         staged, plan, cl.n_ionodes, source, batch, batch if local else min(batch, 2 << 20)
     )

@@ -63,9 +63,9 @@ class WriteOptions:
         themselves, batch by batch as that I/O worker orders them, instead of
         sending the bytes (on one machine this removes the copy between
         processes). False sends every byte to the I/O workers, as on separate
-        machines; None (the default) writes directly whenever every worker is
-        on one host, and between hosts when the stage is large enough to gain
-        (two full batches per I/O node, a quarter of the window each).
+        machines; None (the default) writes directly when the stage is large
+        enough to gain (two full batches per I/O node, a quarter of the window
+        each).
     n_ionodes : int
         I/O workers of the embedded cluster started when no cluster is given.
     policy_options : mapping
