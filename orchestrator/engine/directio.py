@@ -87,11 +87,12 @@ def _bounce() -> memoryview:
     A direct write goes to the device in requests of at most ``max_segments``
     pieces of contiguous memory (254 on this machine's disk): from 4 KiB pages a
     request carries 1 MiB, from 2 MiB pages the device's maximum. Measured here
-    (``s14/bounce3.py``), 1 GiB from a 16-byte misaligned NumPy array in 32 MiB
-    runs: 1.6 GB/s through a 4 MiB buffer of small pages, 2.7 GB/s through an
-    8 MiB one of huge pages (2.6-3.0 from aligned memory, which needs no copy).
-    Copying into the buffer and writing it, one after the other, beat doing
-    both at once in two threads (2.3 GB/s): the copy is fast, the hand-over is not.
+    (one process, a fresh reserved file, fsync included), 1 GiB from a 16-byte
+    misaligned NumPy array in 32 MiB runs: 1.6 GB/s through a 4 MiB buffer of
+    small pages, 2.7 GB/s through an 8 MiB one of huge pages (2.6-3.0 from
+    aligned memory, which needs no copy). Copying into the buffer and writing
+    it, one after the other, beat doing both at once in two threads (2.3
+    GB/s): the copy is fast, the hand-over is not.
     """
     buf = getattr(_local, "buf", None)
     if buf is None:
