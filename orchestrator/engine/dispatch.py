@@ -140,12 +140,18 @@ def _place(
         if died is None:
             raise
         raise StageError(died) from err
+    orphans = [dc for dc, f in futures.items() if not where.get(f.key)]
+    if orphans:
+        # a worker killed between the scatter and the question takes its
+        # contributions with it: name the death, not only its consequence
+        died = _died(cl, set(cl.compute) | set(by_worker), 0.5)
+        raise StageError(
+            died or f"contribution of client {orphans[0][1]} is on no worker (lost?)"
+        )
     addrs = sorted({a for holders in where.values() for a in holders})
     source = np.zeros((len(datasets), max(n_clients, 1)), dtype=np.int64)
     for dc, f in futures.items():
-        holders = where.get(f.key) or ()
-        if not holders:
-            raise StageError(f"contribution of client {dc[1]} is on no worker (lost?)")
+        holders = where[f.key]
         source[dc] = addrs.index(sorted(holders)[0])
     return futures, addrs, source
 
