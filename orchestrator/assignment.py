@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .contributions import ContributionError, Holdings
+from .kernels.holdings import first_holders
 
 __all__ = ["assign_holdings"]
 
@@ -41,16 +42,12 @@ def assign_holdings(holdings: Holdings, method: str | Any = "owner") -> npt.NDAr
     [1, 1, 0]
     """
     n = holdings.spec.n_rows
-    count = holdings.count
     if isinstance(method, str):
         if method != "owner":
             raise ContributionError(
                 f"unknown assignment method {method!r}; use 'owner' or pass a writer array"
             )
-        writer = np.full(n, -1, dtype=np.int64)
-        held = count > 0
-        writer[held] = holdings.holders[holdings.ptr[:-1][held]]  # holders are sorted
-        return writer
+        return first_holders(holdings.ptr, holdings.holders)  # holders are sorted
     writer = np.asarray(method)
     if writer.shape != (n,) or (writer.size and writer.dtype.kind not in "iu"):
         raise ContributionError(
@@ -58,6 +55,7 @@ def assign_holdings(holdings: Holdings, method: str | Any = "owner") -> npt.NDAr
             f"dtype {writer.dtype}"
         )
     writer = writer.astype(np.int64)
+    count = holdings.count
     row_of = np.repeat(np.arange(n), count)
     is_writer = holdings.holders == writer[row_of]
     ok = np.zeros(n, dtype=bool)

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from .checks import is_int
 from .errors import ContributionError
+from .kernels.holdings import holders_of
 
 __all__ = [
     "Contribution",
@@ -263,13 +264,18 @@ def gather(
             raise ContributionError(f"client {con.client} contributes twice to {spec.name!r}")
         seen.add(con.client)
         _check_one(spec, con)
-    rows = np.concatenate([c.rows for c in contributions])
-    who = np.concatenate([np.full(c.rows.size, c.client, np.int64) for c in contributions])
-    by = np.lexsort((who, rows))
-    rows, who = rows[by], who[by]
-    ptr = np.zeros(spec.n_rows + 1, dtype=np.int64)
-    ptr[1:] = np.bincount(rows, minlength=spec.n_rows)  # rows are in range: checked above
-    np.cumsum(ptr, out=ptr)
+    # rows are in range and once per contribution (checked above): a counting sort,
+    # linear; the lexsort of (row, client) it replaces took 15-110 ms of the driver's
+    # time for a 1 GiB stage of a million rows
+    by_client = sorted(contributions, key=lambda c: c.client)
+    starts = np.zeros(len(by_client) + 1, dtype=np.int64)
+    np.cumsum([c.rows.size for c in by_client], out=starts[1:])
+    ptr, who = holders_of(
+        np.concatenate([c.rows for c in by_client]).astype(np.int64, copy=False),
+        starts,
+        np.array([c.client for c in by_client], dtype=np.int64),
+        spec.n_rows,
+    )
     h = Holdings(spec, ptr, who)
     miss = h.missing
     if miss.size and not allow_missing:

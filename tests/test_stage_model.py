@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from orchestrator.assignment import assign_holdings
 from orchestrator.contributions import Contribution, ContributionError, DatasetSpec, gather
+from orchestrator.kernels.holdings import first_holders, holders_of
 from orchestrator.layout import LayoutError, StripeLayout, derive_transfers
 
 
@@ -51,6 +52,32 @@ def test_pieces_cover_every_written_byte_once_and_are_maximal(case, strategy):
         assert len(ts) == st_.n_pieces
     else:  # one transfer per (client, I/O node) pair
         assert len(ts) == len({(c, s) for c, s in zip(ts.client, ts.ionode, strict=True)})
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.integers(1, 60).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.dictionaries(
+                st.integers(0, 9), st.sets(st.integers(0, n - 1), max_size=n), max_size=6
+            ),
+        )
+    )
+)
+def test_holders_kernels_match_a_sort(case):
+    n_rows, held = case
+    clients = sorted(held)
+    rows = [np.array(sorted(held[c]), dtype=np.int64) for c in clients]
+    starts = np.concatenate(([0], np.cumsum([r.size for r in rows]))).astype(np.int64)
+    flat = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    ptr, holders = holders_of(flat, starts, np.array(clients, dtype=np.int64), n_rows)
+    # the oracle: every (row, client) pair, sorted
+    pairs = sorted((r, c) for c in clients for r in held[c])
+    assert holders.tolist() == [c for _, c in pairs]
+    assert ptr.tolist() == [sum(1 for r, _ in pairs if r < k) for k in range(n_rows + 1)]
+    lowest = [min((c for c in clients if r in held[c]), default=-1) for r in range(n_rows)]
+    assert first_holders(ptr, holders).tolist() == lowest
 
 
 def test_gather_finds_replicas_and_owner_assignment():

@@ -145,9 +145,7 @@ def _place(
         # a worker killed between the scatter and the question takes its
         # contributions with it: name the death, not only its consequence
         died = _died(cl, set(cl.compute) | set(by_worker), 0.5)
-        raise StageError(
-            died or f"contribution of client {orphans[0][1]} is on no worker (lost?)"
-        )
+        raise StageError(died or f"contribution of client {orphans[0][1]} is on no worker (lost?)")
     addrs = sorted({a for holders in where.values() for a in holders})
     source = np.zeros((len(datasets), max(n_clients, 1)), dtype=np.int64)
     for dc, f in futures.items():
