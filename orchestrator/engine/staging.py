@@ -24,7 +24,7 @@ pid namespace, whose owners it can see). Both ends check they see the same
 directory. Where ``/dev/shm`` is missing or not writable, where it is full
 (a container's 64 MiB), or with ``IORCH_STAGING=0``, the pieces move
 through Dask as before. The memory it holds is bounded like the I/O node's
-window (two groups of stripes under way, a quarter of the window each) and
+window (two groups of stripes under way, half the window each) and
 is not seen by Dask's memory monitor.
 """
 
