@@ -258,19 +258,13 @@ def dispatch(
     one_host = local and len(hosts | {get_address_host(a) for a in addrs}) == 1
     if one_host and batch_bytes is None:
         batch = max(batch, min(DIRECT_BATCH, per_node // DIRECT_BATCHES_PER_NODE))
-    # a node whose whole share fits one batch gets it all with its task: measured on make
-    # demo's dumps (26 MB, 4 nodes), a 2 MiB first batch and the rest fetched from inside
-    # the task left each node idle 80-90 ms between the two (a scheduler round trip and
-    # cut tasks queued on the busy compute workers): realized 0.16 s, 0.05 s in one batch
-    t = plan.transfers
-    most = int(np.bincount(t.ionode, weights=t.nbytes, minlength=1).max()) if len(t) else 0
     program = program_of(
         staged,
         plan,
         cl.n_ionodes,
         source,
         batch,
-        batch if local or most <= batch else min(batch, 2 << 20),
+        batch if local else min(batch, 2 << 20),
     )
     names = [s.name for s in staged.specs]
     row_bytes = [s.row_bytes for s in staged.specs]
