@@ -5,7 +5,7 @@ round-robin striping gives each shard exactly one I/O node. zarr-python
 rewrites a whole shard on any write and concurrent partial writes of one
 shard lose data, so a shard is stored once, whole: by the worker holding
 most of its rows when every source is on the I/O node's host
-(:func:`orchestrator.engine.worker.store_stripes`), else by the I/O worker,
+(:func:`orchestrator.engine.sources.store_stripes`), else by the I/O worker,
 which gathers its pieces in memory (padded with the fill value where rows
 were allowed to be missing). The manifest is an attribute of the root
 group, committed with the store directory by one rename.

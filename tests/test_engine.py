@@ -387,7 +387,7 @@ def _fill_disk_on_first_write(folder):
     """In a compute worker: the first direct write fills the disk holding ``folder``."""
     import shutil
 
-    from orchestrator.engine import worker
+    from orchestrator.engine import sources
 
     def hook(at):
         filler = os.path.join(folder, "filler")
@@ -399,13 +399,13 @@ def _fill_disk_on_first_write(folder):
                 except OSError:  # full: what we wanted
                     pass
 
-    worker.cut_hook = hook
+    sources.cut_hook = hook
 
 
 def _no_hook():
-    from orchestrator.engine import worker
+    from orchestrator.engine import sources
 
-    worker.cut_hook = None
+    sources.cut_hook = None
 
 
 @pytest.mark.parametrize("fmt", ["hdf5", "hdf5-vds", "zarr"])
@@ -674,7 +674,7 @@ def _record_cut_kinds(lose_staging=False):
     its bytes through Dask instead."""
     import shutil
 
-    from orchestrator.engine import staging, worker
+    from orchestrator.engine import sources, staging
 
     seen = []
 
@@ -685,13 +685,13 @@ def _record_cut_kinds(lose_staging=False):
                 shutil.rmtree(d, ignore_errors=True)
 
     hook.__self__ = seen  # what _cut_kinds reads back
-    worker.cut_hook = hook
+    sources.cut_hook = hook
 
 
 def _cut_kinds():
-    from orchestrator.engine import worker
+    from orchestrator.engine import sources
 
-    hook, worker.cut_hook = worker.cut_hook, None
+    hook, sources.cut_hook = sources.cut_hook, None
     return sorted(set(getattr(hook, "__self__", []))) if hook is not None else []
 
 

@@ -527,7 +527,7 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
     returns the bytes; on the same file it writes them and returns their CRC-32s."""
     from orchestrator.contributions import Contribution
     from orchestrator.engine.backends import get_backend
-    from orchestrator.engine.worker import write_cut
+    from orchestrator.engine.sources import write_cut
 
     spec = DatasetSpec("u", (6,), "int64")
     backend = get_backend("hdf5")
@@ -568,7 +568,7 @@ def test_stripes_assembled_for_another_file_come_back_for_the_io_node(tmp_path):
 
     from orchestrator.contributions import Contribution
     from orchestrator.engine.backends import get_backend
-    from orchestrator.engine.worker import store_stripes
+    from orchestrator.engine.sources import store_stripes
 
     spec = DatasetSpec("u", (8, 2), "int32", fill_value=-7)
     backend = get_backend("zarr")
@@ -717,7 +717,7 @@ def test_a_spilling_whole_stripe_writer_stores_the_same_stripes_and_checksums(
     st.sampled_from(["int64", "int32", "uint64"]),
 )
 def test_compacted_rows_expand_to_exactly_the_rows(runs, dtype):
-    from orchestrator.engine.worker import compact_rows, expand_rows
+    from orchestrator.engine.cuts import compact_rows, expand_rows
 
     info = np.iinfo(dtype)
     parts = [np.arange(s, s + n) for s, n in runs]

@@ -63,5 +63,5 @@ class BufferPool:
             self._held = 0
 
 
-#: the stripe buffers of this process (assembled shards, see ``worker.store_stripes``)
+#: the stripe buffers of this process (assembled shards, see ``sources.store_stripes``)
 STRIPES = BufferPool()

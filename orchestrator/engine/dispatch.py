@@ -24,11 +24,14 @@ from ..layout import StageTransfers
 from ..plan import Plan
 from .backends import backend_ref, get_backend
 from .cluster import IOCluster, ionode_name
+from .cuts import cut
 from .options import DEFAULT_WINDOW
 from .program import Program, build_program, unit_ranges
+from .running import abort, busy
+from .sources import submit_cut, write_cut
 from .storage import crc32, fold_crc32
 from .trace import Trace
-from .worker import DIRECT_AHEAD, abort, busy, cut, run_ionode, submit_cut, write_cut
+from .worker import DIRECT_AHEAD, run_ionode
 
 __all__ = ["DEFAULT_WINDOW", "StageError", "dispatch", "fill_pieces", "stripes_of"]
 
@@ -112,9 +115,11 @@ def _place(
     cl: IOCluster,
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Any]]],
     remote: Mapping[tuple[str, int], Any],
+    alive: Mapping[str, int | None],
 ) -> tuple[dict[tuple[int, int], Any], list[str], np.ndarray]:
     """Every contribution as a future on a worker: ``(dataset, client) -> future``, the
-    source addresses, and ``source[d, c]`` (index into them)."""
+    source addresses, and ``source[d, c]`` (index into them). ``alive``: the workers
+    when the stage began (:func:`_live_workers`)."""
     client = cl.client
     futures: dict[tuple[int, int], Any] = {}
     local: list[tuple[tuple[int, int], Contribution]] = []
@@ -136,7 +141,7 @@ def _place(
             futures.update({dc: f for (dc, _), f in zip(items, futs, strict=True)})
         where = client.who_has(list(futures.values()))
     except Exception as err:  # a worker that died under the scatter: say which
-        died = _died(cl, set(cl.compute) | set(by_worker), 0.5)
+        died = _died(cl, _watch(alive, set(cl.compute) | set(by_worker)), 0.5)
         if died is None:
             raise
         raise StageError(died) from err
@@ -144,7 +149,7 @@ def _place(
     if orphans:
         # a worker killed between the scatter and the question takes its
         # contributions with it: name the death, not only its consequence
-        died = _died(cl, set(cl.compute) | set(by_worker), 0.5)
+        died = _died(cl, _watch(alive, set(cl.compute) | set(by_worker)), 0.5)
         raise StageError(died or f"contribution of client {orphans[0][1]} is on no worker (lost?)")
     addrs = sorted({a for holders in where.values() for a in holders})
     source = np.zeros((len(datasets), max(n_clients, 1)), dtype=np.int64)
@@ -228,7 +233,7 @@ def dispatch(
     raises :class:`StageError`; the caller stops the writers (:func:`stop`)
     and removes the temporary output. ``direct`` lets sources on an I/O
     worker's host write their pieces themselves (see
-    :mod:`orchestrator.engine.worker`); False sends every byte to the I/O
+    :mod:`orchestrator.engine.sources`); False sends every byte to the I/O
     workers; None (the default) decides by size (:data:`DIRECT_MIN_BATCHES`).
 
     Examples
@@ -241,7 +246,8 @@ def dispatch(
     if window < 1:
         raise StageError(f"window must be >= 1 byte, got {window}")
     batch = batch_bytes or max(1, window // 4)
-    futures, addrs, source = _place(cl, datasets, remote)
+    alive = _live_workers(cl)  # who is who now: a worker restarted later is another
+    futures, addrs, source = _place(cl, datasets, remote, alive)
     # small first batches let a fetching I/O worker start writing early; sources that
     # write directly have nothing to wait for, and full batches cost fewer round trips
     hosts = {get_address_host(a) for a in cl.ionodes}
@@ -352,7 +358,7 @@ def dispatch(
                     pure=False,
                 )
             )
-        _wait_watching(cl, writers)
+        _wait_watching(cl, writers, alive)
         results = cl.client.gather(writers)
     finally:
         for f in writers + firsts:
@@ -466,13 +472,15 @@ def stop(cl: IOCluster, token: str, timeout: float = 30.0) -> None:
         log.warning("could not stop the writers of %s: %s", token, err)
 
 
-def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None:
+def _wait_watching(
+    cl: IOCluster, futures: list[Any], alive: Mapping[str, int | None], poll: float = 0.5
+) -> None:
     """Wait for ``futures``; fail fast, saying who died, if a worker disappears or a task errs."""
     from concurrent.futures import CancelledError  # FuturesCancelledError's base
 
     from distributed import wait
 
-    watched = set(cl.ionodes) | set(cl.compute)
+    watched = _watch(alive, set(cl.ionodes) | set(cl.compute))
     pending = list(futures)
     while pending:
         try:
@@ -502,19 +510,29 @@ def _wait_watching(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
         pending = list(not_done)
         if not pending:
             break
-        died = _died(cl, set(cl.ionodes), poll)
+        died = _died(cl, _watch(alive, set(cl.ionodes)), poll)
         if died:
             raise StageError(died)
 
 
-def _died(cl: IOCluster, watched: set[str], poll: float) -> str | None:
-    """Which of ``watched`` died, said for a user; None if all live.
+def _died(cl: IOCluster, watched: Mapping[str, int | None], poll: float) -> str | None:
+    """Which of ``watched`` (address -> process id when the stage began) died, said for a
+    user; None if all live.
 
-    A worker is lost only if it is gone twice in a row (``poll`` apart)."""
-    lost = watched - _live_workers(cl)
+    A worker is lost if it is gone, or back at the same address as another process
+    (its nanny restarted it), twice in a row (``poll`` apart). By address alone a
+    worker restarted quickly on its old port went unnoticed: Dask ran the dead I/O
+    worker's writer loop again there, the stage committed, and a direct write of the
+    first run, still asleep in a source, recreated part of the output afterwards."""
+
+    def gone() -> set[str]:
+        live = _live_workers(cl)
+        return {a for a, pid in watched.items() if a not in live or live[a] != pid}
+
+    lost = gone()
     if lost:
         time.sleep(poll)
-        lost &= watched - _live_workers(cl)
+        lost &= gone()
     if not lost:
         return None
     names = []
@@ -529,11 +547,22 @@ def _died(cl: IOCluster, watched: set[str], poll: float) -> str | None:
     )
 
 
-def _live_workers(cl: IOCluster) -> set[str]:
-    """Addresses of the workers the scheduler knows now (a fresh query, not the client cache)."""
+def _live_workers(cl: IOCluster) -> dict[str, int | None]:
+    """Address -> process id of the workers the scheduler knows now (a fresh query, not
+    the client cache)."""
     # Client.scheduler_info() returns a cache that a background refresh may
     # replace with one that lists no workers; ask the scheduler directly, with
-    # its smallest answer (address -> threads): identity() carries every
-    # worker's metrics, and decoding it twice a second on the event loop of a
-    # leader's worker slowed the transfers that loop serves
-    return set(cl.client.sync(cl.client.scheduler.ncores))
+    # a small answer: identity() carries every worker's metrics, and decoding it
+    # twice a second on the event loop of a leader's worker slowed the transfers
+    # that loop serves
+    return dict(cl.client.run_on_scheduler(_worker_pids))
+
+
+def _watch(alive: Mapping[str, int | None], addresses: set[str]) -> dict[str, int | None]:
+    """The process ids the stage began with of ``addresses`` (None: gone already)."""
+    return {a: alive.get(a) for a in addresses}
+
+
+def _worker_pids(dask_scheduler: Any = None) -> dict[str, int | None]:
+    """On the scheduler: address -> process id of every worker it knows."""
+    return {a: ws.pid for a, ws in dask_scheduler.workers.items()}

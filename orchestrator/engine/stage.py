@@ -33,12 +33,12 @@ from ..transfers import TransferSet
 from .backends import MANIFEST_VERSION, get_backend, is_checkpoint
 from .cluster import IOCluster, local_cluster
 from .commit import commit
+from .cuts import describe_contributions, describe_held, expand_rows
 from .dispatch import Staged, StageError, dispatch, fill_pieces, stop
 from .options import WriteOptions
 from .storage import StorageError
 from .trace import Trace
 from .verify import open_datasets, verify
-from .worker import describe_contributions, describe_held, expand_rows
 
 __all__ = [
     "Described",

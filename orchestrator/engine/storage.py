@@ -67,7 +67,7 @@ class Writer(ABC):
         """Close files."""
 
     #: what other processes on this host may write into the same output themselves
-    #: (direct writes, see :mod:`orchestrator.engine.worker`): ``"pieces"`` (any piece, at
+    #: (direct writes, see :mod:`orchestrator.engine.sources`): ``"pieces"`` (any piece, at
     #: its fixed position: :meth:`position`, :meth:`write_run`), ``"stripes"`` (whole stripes only:
     #: :meth:`WholeStripeWriter.store_whole`) or None (every byte must come to this writer)
     direct: str | None = None

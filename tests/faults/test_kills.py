@@ -98,3 +98,25 @@ def test_a_killed_worker_fails_the_stage_cleanly_or_not_at_all(cluster, tmp_path
     orc.write_stage(after, datasets, policy=policy, cluster=cluster, stripe_bytes=65536)
     assert orc.verify(after) == []
     assert "failed" in outcomes, outcomes  # the kills did land mid-stage
+
+
+def test_a_worker_restarted_by_its_nanny_counts_as_dead():
+    """Also when the nanny brings it back at its old address before anyone looked (Dask
+    then runs the dead I/O worker's writer loop again there): the stage must fail, not
+    commit while a direct write of the first run may still land in its output."""
+    from orchestrator.engine import dispatch
+
+    with local_cluster(n_ionodes=2, n_compute=1) as cl:
+        alive = dispatch._live_workers(cl)
+        victim = cl.ionodes[1]
+        os.kill(cl.worker_pids()[victim], signal.SIGKILL)
+        cl.client.wait_for_workers(3, timeout=WATCHDOG)
+        deadline = time.monotonic() + WATCHDOG
+        while len(dispatch._live_workers(cl)) < 3 or victim in dispatch._live_workers(cl) and (
+            dispatch._live_workers(cl)[victim] == alive[victim]
+        ):
+            assert time.monotonic() < deadline, "the killed worker did not come back"
+            time.sleep(0.1)
+        died = dispatch._died(cl, dispatch._watch(alive, set(cl.ionodes)), 0.05)
+        assert died is not None and "io-1" in died, died
+        assert dispatch._died(cl, dispatch._live_workers(cl), 0.05) is None

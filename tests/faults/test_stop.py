@@ -1,7 +1,7 @@
 """A direct write still running when its stage stops leaves nothing behind (issue 14, item 6).
 
 The compute workers' direct writes are held in the engine's own hook
-(``engine.worker.cut_hook``) while an I/O worker is killed: the stage fails
+(``engine.sources.cut_hook``) while an I/O worker is killed: the stage fails
 and removes its temporary output, then the held writes wake up. A Zarr writer
 makes folders; none may outlive the stage.
 """
@@ -22,7 +22,7 @@ from orchestrator.errors import StageError
 def _hold(seconds, victim):
     """In a compute worker: each direct write kills the I/O worker ``victim`` (once), then
     waits ``seconds`` before touching the output."""
-    from orchestrator.engine import worker
+    from orchestrator.engine import sources
 
     def hook(at):
         _SEEN.add(at)
@@ -32,16 +32,16 @@ def _hold(seconds, victim):
             pass
         time.sleep(seconds)
 
-    worker.cut_hook = hook
+    sources.cut_hook = hook
 
 
 _SEEN: set[str] = set()  # (in a compute worker) the direct tasks the hook held
 
 
 def _release():
-    from orchestrator.engine import worker
+    from orchestrator.engine import sources
 
-    worker.cut_hook = None
+    sources.cut_hook = None
     return sorted(_SEEN)
 
 
@@ -99,9 +99,9 @@ def test_a_direct_write_waking_after_the_stage_stopped_writes_nothing(tmp_path, 
 
 
 def _writer_loops_counted():
-    from orchestrator.engine import worker
+    from orchestrator.engine import running
 
-    return len(worker._ACTIVE)
+    return len(running._ACTIVE)
 
 
 def test_an_io_node_failing_to_open_its_writer_is_not_waited_for(tmp_path):
