@@ -112,9 +112,12 @@ def test_a_worker_restarted_by_its_nanny_counts_as_dead():
         os.kill(cl.worker_pids()[victim], signal.SIGKILL)
         cl.client.wait_for_workers(3, timeout=WATCHDOG)
         deadline = time.monotonic() + WATCHDOG
-        while len(dispatch._live_workers(cl)) < 3 or victim in dispatch._live_workers(cl) and (
-            dispatch._live_workers(cl)[victim] == alive[victim]
-        ):
+
+        def back():  # three workers again, none of them the killed process
+            live = dispatch._live_workers(cl)
+            return len(live) == 3 and live.get(victim) != alive[victim]
+
+        while not back():
             assert time.monotonic() < deadline, "the killed worker did not come back"
             time.sleep(0.1)
         died = dispatch._died(cl, dispatch._watch(alive, set(cl.ionodes)), 0.05)
