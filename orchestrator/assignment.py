@@ -12,7 +12,6 @@ import numpy as np
 import numpy.typing as npt
 
 from .contributions import ContributionError, Holdings
-from .kernels.holdings import first_holders
 
 __all__ = ["assign_holdings"]
 
@@ -47,6 +46,8 @@ def assign_holdings(holdings: Holdings, method: str | Any = "owner") -> npt.NDAr
             raise ContributionError(
                 f"unknown assignment method {method!r}; use 'owner' or pass a writer array"
             )
+        from .kernels.holdings import first_holders  # Numba only where a stage is planned
+
         return first_holders(holdings.ptr, holdings.holders)  # holders are sorted
     writer = np.asarray(method)
     if writer.shape != (n,) or (writer.size and writer.dtype.kind not in "iu"):

@@ -71,13 +71,25 @@ def test_holders_kernels_match_a_sort(case):
     rows = [np.array(sorted(held[c]), dtype=np.int64) for c in clients]
     starts = np.concatenate(([0], np.cumsum([r.size for r in rows]))).astype(np.int64)
     flat = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    ptr, holders = holders_of(flat, starts, np.array(clients, dtype=np.int64), n_rows)
+    ptr, holders, bad = holders_of(flat, starts, np.array(clients, dtype=np.int64), n_rows)
+    assert bad == -1
     # the oracle: every (row, client) pair, sorted
     pairs = sorted((r, c) for c in clients for r in held[c])
     assert holders.tolist() == [c for _, c in pairs]
     assert ptr.tolist() == [sum(1 for r, _ in pairs if r < k) for k in range(n_rows + 1)]
     lowest = [min((c for c in clients if r in held[c]), default=-1) for r in range(n_rows)]
     assert first_holders(ptr, holders).tolist() == lowest
+
+
+@pytest.mark.parametrize("value, message", [(10**9, "outside"), (-1, "outside"), (2, "order")])
+def test_rows_changed_after_the_contribution_was_made_are_named(value, message):
+    """A Contribution keeps the caller's sorted rows: changed in place later, they reach
+    the kernel unchecked unless it checks them (it wrote outside its arrays: a segfault)."""
+    rows = np.arange(10)
+    con = Contribution(3, rows, np.zeros(10))
+    con.rows[4] = value
+    with pytest.raises(ContributionError, match=f"client 3: row {value} .*{message}"):
+        gather(DatasetSpec("u", (20,), "f8"), [Contribution(0, [11, 12], np.zeros(2)), con])
 
 
 def test_gather_finds_replicas_and_owner_assignment():

@@ -103,9 +103,12 @@ def describe_held(keys: Sequence[Any], dask_worker: Any = None) -> dict[Any, Any
     """
     from ..contributions import Contribution
 
+    # in memory only: a spilled one would be read back from disk here, on the worker's
+    # event loop (Client.run), pushing others out; the task path takes those
+    data = getattr(dask_worker.data, "fast", dask_worker.data)
     out = {}
     for k in keys:
-        value = dask_worker.data.get(k)
+        value = data.get(k)
         if isinstance(value, Contribution):
             out[k] = describe_contributions(value)[0]
     return out

@@ -115,7 +115,7 @@ def _place(
     cl: IOCluster,
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Any]]],
     remote: Mapping[tuple[str, int], Any],
-    alive: Mapping[str, int | None],
+    alive: Mapping[str, str | None],
 ) -> tuple[dict[tuple[int, int], Any], list[str], np.ndarray]:
     """Every contribution as a future on a worker: ``(dataset, client) -> future``, the
     source addresses, and ``source[d, c]`` (index into them). ``alive``: the workers
@@ -246,7 +246,7 @@ def dispatch(
     if window < 1:
         raise StageError(f"window must be >= 1 byte, got {window}")
     batch = batch_bytes or max(1, window // 4)
-    alive = _live_workers(cl)  # who is who now: a worker restarted later is another
+    alive = _live_workers(cl)  # who is who now: a worker restarted later is another one
     futures, addrs, source = _place(cl, datasets, remote, alive)
     # small first batches let a fetching I/O worker start writing early; sources that
     # write directly have nothing to wait for, and full batches cost fewer round trips
@@ -473,7 +473,7 @@ def stop(cl: IOCluster, token: str, timeout: float = 30.0) -> None:
 
 
 def _wait_watching(
-    cl: IOCluster, futures: list[Any], alive: Mapping[str, int | None], poll: float = 0.5
+    cl: IOCluster, futures: list[Any], alive: Mapping[str, str | None], poll: float = 0.5
 ) -> None:
     """Wait for ``futures``; fail fast, saying who died, if a worker disappears or a task errs."""
     from concurrent.futures import CancelledError  # FuturesCancelledError's base
@@ -515,9 +515,9 @@ def _wait_watching(
             raise StageError(died)
 
 
-def _died(cl: IOCluster, watched: Mapping[str, int | None], poll: float) -> str | None:
-    """Which of ``watched`` (address -> process id when the stage began) died, said for a
-    user; None if all live.
+def _died(cl: IOCluster, watched: Mapping[str, str | None], poll: float) -> str | None:
+    """Which of ``watched`` (address -> worker instance when the stage began) died, said
+    for a user; None if all live.
 
     A worker is lost if it is gone, or back at the same address as another process
     (its nanny restarted it), twice in a row (``poll`` apart). By address alone a
@@ -527,7 +527,7 @@ def _died(cl: IOCluster, watched: Mapping[str, int | None], poll: float) -> str 
 
     def gone() -> set[str]:
         live = _live_workers(cl)
-        return {a for a, pid in watched.items() if a not in live or live[a] != pid}
+        return {a for a, inst in watched.items() if a not in live or live[a] != inst}
 
     lost = gone()
     if lost:
@@ -547,22 +547,22 @@ def _died(cl: IOCluster, watched: Mapping[str, int | None], poll: float) -> str 
     )
 
 
-def _live_workers(cl: IOCluster) -> dict[str, int | None]:
-    """Address -> process id of the workers the scheduler knows now (a fresh query, not
-    the client cache)."""
+def _live_workers(cl: IOCluster) -> dict[str, str | None]:
+    """Address -> instance id (``server_id``, new at every start) of the workers the
+    scheduler knows now (a fresh query, not the client cache)."""
     # Client.scheduler_info() returns a cache that a background refresh may
     # replace with one that lists no workers; ask the scheduler directly, with
     # a small answer: identity() carries every worker's metrics, and decoding it
     # twice a second on the event loop of a leader's worker slowed the transfers
     # that loop serves
-    return dict(cl.client.run_on_scheduler(_worker_pids))
+
+    # defined here so that it travels by value: the scheduler need not import this package
+    def instances(dask_scheduler: Any = None) -> dict[str, str]:
+        return {a: ws.server_id for a, ws in dask_scheduler.workers.items()}
+
+    return dict(cl.client.run_on_scheduler(instances))
 
 
-def _watch(alive: Mapping[str, int | None], addresses: set[str]) -> dict[str, int | None]:
-    """The process ids the stage began with of ``addresses`` (None: gone already)."""
+def _watch(alive: Mapping[str, str | None], addresses: set[str]) -> dict[str, str | None]:
+    """The worker instances the stage began with at ``addresses`` (None: gone already)."""
     return {a: alive.get(a) for a in addresses}
-
-
-def _worker_pids(dask_scheduler: Any = None) -> dict[str, int | None]:
-    """On the scheduler: address -> process id of every worker it knows."""
-    return {a: ws.pid for a, ws in dask_scheduler.workers.items()}

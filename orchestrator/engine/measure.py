@@ -199,9 +199,10 @@ def calibrated_cost(
 
     With ``directory``, two calibration stages of ``nbytes`` with equal
     loads per I/O node are written there through the engine, in format
-    ``fmt`` in stripes of ``stripe_bytes`` (each twice; the first run warms
-    up): one in a single contiguous piece per client, one in pieces of about
-    250 kB, each about one unit. The
+    ``fmt`` in stripes of ``stripe_bytes`` (each :data:`CALIBRATION_RUNS`
+    times after one that warms up; the median counts): one in a single
+    contiguous piece per client, one in pieces of about 250 kB, each about
+    one unit. The
     two realized makespans give, per I/O node, the seconds per unit (their
     difference ÷ the difference in units; the model's ``network_latency``)
     and the rate of the bytes. Both include everything on a byte's way (cut,
@@ -288,8 +289,8 @@ CALIBRATION_RUNS = 3
 def _calibration_makespan(
     cluster: IOCluster, directory: Path, spec: DatasetSpec, parts: list[Any], stripe: int, fmt: str
 ) -> tuple[float, int]:
-    """Realized makespan and units of a calibration stage: the median of three, after one
-    that warms up.
+    """Realized makespan and units of a calibration stage: the median of
+    :data:`CALIBRATION_RUNS`, after one that warms up.
 
     One sample was too few on a noisy machine: on make demo's dumps the same calibration
     gave 168 MB/s in one run and 578 in the next, and the realized ÷ planned makespans

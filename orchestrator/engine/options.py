@@ -57,7 +57,11 @@ class WriteOptions:
         ``{dataset: {...}}`` per dataset; JSON values (also kept in the manifest).
     window : int
         Bytes each I/O worker may hold at once (data fetched ahead of the
-        write in progress); its memory for the stage is bounded by it.
+        write in progress); its memory for the stage is bounded by it. When
+        the sources store whole stripes themselves (Zarr on one host), it
+        bounds instead the stripes under way for each I/O node, in the
+        sources' memory and in shared memory: with n I/O nodes, up to n
+        windows on the host.
     direct : bool or None
         Let workers on an I/O worker's host write their pieces into its file
         themselves, batch by batch as that I/O worker orders them, instead of

@@ -6,13 +6,21 @@ from numba import njit
 
 @njit(cache=True)
 def holders_of(rows, starts, clients, n_rows):
-    """CSR of the holders of each row: ``(ptr, holders)``, holders ascending per row.
+    """CSR of the holders of each row: ``(ptr, holders, bad)``, holders ascending per row.
 
     ``rows[starts[k]:starts[k + 1]]`` are the rows of client ``clients[k]``,
-    each row once; ``clients`` ascending; every row in ``[0, n_rows)``.
+    ascending, each once; ``clients`` ascending; every row in ``[0, n_rows)``.
     ``holders[ptr[r]:ptr[r + 1]]`` are the clients holding row ``r``. Linear in
     the rows: a lexsort of ``(row, client)`` (the oracle) costs a sort.
+    ``bad`` is the index of the first row out of range or not above the one
+    before it in its client's run, -1 if none; then ``ptr`` and ``holders``
+    are empty (a row out of range would index outside them).
     """
+    for k in range(clients.size):
+        for i in range(starts[k], starts[k + 1]):
+            r = rows[i]
+            if r < 0 or r >= n_rows or (i > starts[k] and r <= rows[i - 1]):
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), i
     ptr = np.zeros(n_rows + 1, dtype=np.int64)
     for i in range(rows.size):
         ptr[rows[i] + 1] += 1
@@ -26,7 +34,7 @@ def holders_of(rows, starts, clients, n_rows):
             r = rows[i]
             holders[free[r]] = c
             free[r] += 1
-    return ptr, holders
+    return ptr, holders, -1
 
 
 @njit(cache=True)
