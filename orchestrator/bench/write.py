@@ -305,11 +305,12 @@ def run(
     between processes), then every policy. With ``anchors=False`` only the
     raw write and the policies run (for stages too large to hold in this
     process, and to read the I/O workers' peak memory of the stage alone).
-    All are fsync'd; the order rotates between rounds so none is always
-    first. Before every row an untimed write of the stage's size puts the
-    machine in the same state (a virtual machine hands freed memory back to
-    its host, and the first writer after a while pays for faulting it in). Outputs are
-    verified (policies: by the commit protocol) and deleted.
+    All are fsync'd; the rows run in a new order each round (seeded), so
+    none always comes first or after the same row. Before every row an
+    untimed write of the stage's size puts the machine in the same state (a
+    virtual machine hands freed memory back to its host, and the first
+    writer after a while pays for faulting it in). Outputs are verified
+    (policies: by the commit protocol) and deleted.
 
     Examples
     --------
@@ -455,9 +456,13 @@ def run(
     realized: dict[str, list[float]] = {name: [] for name, _, _ in jobs}
     plans: dict[str, Any] = {}
     last: dict[str, Any] = {}
-    for r in range(repeat):
-        k = r % len(jobs)
-        for name, _, job in jobs[k:] + jobs[:k]:
+    # a fresh order every round, the same in every run: rotating the list changed who went
+    # first but not who followed whom (ecf always came right after the bound row, and its
+    # sources then spent twice the CPU they spend alone)
+    shuffle = np.random.default_rng(0)
+    for _ in range(repeat):
+        for i in shuffle.permutation(len(jobs)).tolist():
+            name, _, job = jobs[i]
             # untimed, before every row alike: write and delete the stage's size. On a
             # virtual machine, memory freed a while ago (the last row's page cache) is
             # handed back to the host and slow to touch again; whichever row came first
