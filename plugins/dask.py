@@ -139,17 +139,27 @@ def contribute(
         mine = {n: f.key for n, f in zip(names, scattered, strict=True)}
         # one atomic step on the scheduler: the step holds the keys and counts this call in
         # (or tells of a failure)
-        what, got, gen = client.run_on_scheduler(_arrival(base, client_id, n_clients, mine))
+        what, got, gen = client.run_on_scheduler(
+            _arrival(base, client_id, n_clients, mine, caller=client.id, task=_task_key())
+        )
         if what == "failed":
             raise StageError(f"{base}: the step cannot be written: {got}")
         if what == "twice":
             raise ContributionError(f"{base}: client {client_id} contributed twice to this step")
+        if what == "rerun":
+            raise StageError(
+                f"{base}: client {client_id}'s call was run again (its worker died) after "
+                f"round {got} of the step had been led; that round's outcome went to its "
+                "other calls"
+            )
         if what == "wait":
             if not wait:
                 return None
             payload = client.run_on_scheduler(_outcome(base, gen, timeout))
             if payload is None:
                 raise StageError(f"{base}: no outcome of the step within {timeout} s")
+            if isinstance(payload, str):  # told by the scheduler: the leader is gone
+                raise StageError(f"{base}: the step cannot be written: {payload}")
             result = pickle.loads(payload)
             if isinstance(result, BaseException):
                 raise result
@@ -172,7 +182,7 @@ def contribute(
         else:
             _deliver_to(client, base, gen, result, waiting)
         finally:  # the waiting calls go first; then the step lets go of the contributions
-            client.run_on_scheduler(_release(base, keys))
+            client.run_on_scheduler(_release(base, keys, gen))
         return result
     finally:
         if in_task:
@@ -196,63 +206,140 @@ def _holder(base: str) -> str:
     return f"iorch-step:{base}"
 
 
+def _task_key() -> str | None:
+    """The Dask key of the task this call runs in (``None`` outside a task): a task that
+    Dask runs again after its worker died comes back with the same key."""
+    try:
+        from distributed import get_worker
+
+        key = get_worker().get_current_task()
+    except (ImportError, ValueError):
+        return None
+    return None if key is None else str(key)
+
+
 def _arrival(
-    base: str, client_id: int, n_clients: int, keys: dict[str, Any]
+    base: str,
+    client_id: int,
+    n_clients: int,
+    keys: dict[str, Any],
+    caller: str | None = None,
+    task: str | None = None,
 ) -> Callable[..., tuple[str, Any, int]]:
     """The scheduler-side step of a call arriving with the keys of its contributions.
 
     Returns ``(what, detail, round)``: ``("wait", None, r)``,
-    ``("lead", {client: {dataset: key}}, r)``, ``("failed", why, r)`` or
-    ``("twice", None, r)``, where ``r`` counts the steps of this name led
-    before (the outcome of round ``r`` is handed to its waiting calls, never
-    to a later step's). Run with ``Client.run_on_scheduler``: a plain
-    function runs on the scheduler's event loop, so reading and updating the
-    step's entry of its metadata store is atomic, in one round trip and
-    without a lock. The step holds the keys under its own name (as a
-    published dataset would be held, without a round trip per dataset), so
-    they outlive the call that scattered them; the leader takes the step's
-    calls and leaves the entry empty for its next use. Defined inside a
-    function so that it travels by value: the scheduler need not import this
-    package.
+    ``("lead", {client: {dataset: key}}, r)``, ``("failed", why, r)``,
+    ``("twice", None, r)`` or ``("rerun", led_round, r)``, where ``r``
+    counts the steps of this name led before (the outcome of round ``r`` is
+    handed to its waiting calls, never to a later step's). Run with
+    ``Client.run_on_scheduler``: a plain function runs on the scheduler's
+    event loop, so reading and updating the step's entry of its metadata
+    store is atomic, in one round trip and without a lock. The step holds the
+    keys under its own name (as a published dataset would be held, without a
+    round trip per dataset), so they outlive the call that scattered them; the
+    leader takes the step's calls and leaves the entry empty for its next use.
+    Defined inside a function so that it travels by value: the scheduler need
+    not import this package.
+
+    Dask runs a task again when its worker dies. A call that comes back
+    (same ``task`` key) while its step is still open replaces its first
+    arrival when that one's contributions died with the worker (the step goes
+    on); one that comes back after its round was led gets ``"rerun"`` instead
+    of waiting for a round that will never fill. The leader's Dask client
+    (``caller``) and the round's keys are noted until the leader lets go of
+    them (:func:`_release`): the waiting calls watch that client
+    (:func:`_outcome`).
 
     Examples
     --------
+    >>> class Held:
+    ...     state = "memory"
     >>> class Scheduler:
     ...     task_metadata = {}
+    ...     tasks = {k: Held() for k in ("k0", "k1", "k2", "k3")}
     ...     def client_desires_keys(self, keys, client): pass
     >>> s = Scheduler()
-    >>> _arrival("step", 1, 2, {"u": "k1"})(dask_scheduler=s)
+    >>> _arrival("step", 1, 2, {"u": "k1"}, task="save-1")(dask_scheduler=s)
     ('wait', None, 0)
     >>> _arrival("step", 0, 2, {"u": "k0"})(dask_scheduler=s)
     ('lead', {1: {'u': 'k1'}, 0: {'u': 'k0'}}, 0)
     >>> _arrival("step", 0, 2, {"u": "k2"})(dask_scheduler=s)  # the step's next round
     ('wait', None, 1)
+    >>> _arrival("step", 1, 2, {"u": "k3"}, task="save-1")(dask_scheduler=s)  # run again
+    ('rerun', 0, 1)
     """
 
     holder = _holder(base)  # a value in the closure: the scheduler need not import us
 
+    def in_memory(dask_scheduler: Any, held_keys: dict[str, Any]) -> bool:
+        for key in held_keys.values():
+            ts = dask_scheduler.tasks.get(key)
+            if ts is None or ts.state != "memory":
+                return False
+        return True
+
+    def let_go(dask_scheduler: Any, held_keys: list[Any]) -> None:
+        if held_keys and holder in dask_scheduler.clients:
+            dask_scheduler.client_releases_keys(keys=held_keys, client=holder)
+
     def arrive(dask_scheduler: Any = None) -> tuple[str, Any, int]:
+        import asyncio
+
         step = dask_scheduler.task_metadata.setdefault(base, {})
         gen = int(step.get("round", 0))
         if step.get("failed"):
             return "failed", step["failed"], gen
+        led = step.get("led", {})
+        if task is not None and task in led:
+            return "rerun", led[task], gen
         held = dict(step.get("held", {}))
+        tasks = dict(step.get("tasks", {}))
+        # contributions lost with their worker since their call arrived: Dask runs such a
+        # call again (its task is known) and it counts in anew; a call made outside a task
+        # does not come back, so the step can never be written
+        for c in [c for c in held if not in_memory(dask_scheduler, held[c])]:
+            let_go(dask_scheduler, list(held.pop(c).values()))
+            if tasks.pop(c, None) is None:
+                why = f"the contributions of client {c} were lost (their worker died)"
+                step["failed"], step["held"], step["tasks"] = why, {}, {}
+                let_go(dask_scheduler, [k for h in held.values() for k in h.values()])
+                outs = step.setdefault("out", {})
+                box = outs.setdefault(gen, {"event": asyncio.Event(), "taken": 0, "gone": 0})
+                if "expected" not in box:  # the waiting calls learn it (see _outcome)
+                    box["payload"], box["expected"] = why, float("inf")
+                    box["event"].set()
+                return "failed", why, gen
         if client_id in held:
             return "twice", None, gen
         dask_scheduler.client_desires_keys(keys=list(keys.values()), client=holder)
         held[client_id] = keys
+        if task is not None:
+            tasks[client_id] = task
         lead = len(held) == n_clients
         step["held"] = {} if lead else held
+        step["tasks"] = {} if lead else tasks
         if lead:
             step["round"] = gen + 1
+            # only the last led round's calls are remembered: enough for a call run again
+            # while its round is written, bounded for a step name used many times
+            step["led"] = {t: gen for t in tasks.values()}
+            if caller is not None:  # watched by the waiting calls until the leader is done
+                round_keys = [k for h in held.values() for k in h.values()]
+                step.setdefault("leaders", {})[gen] = (caller, round_keys)
         return ("lead", held, gen) if lead else ("wait", None, gen)
 
     return arrive
 
 
-def _outcome(base: str, gen: int, timeout: float) -> Callable[..., Any]:
+def _outcome(base: str, gen: int, timeout: float, poll: float = 0.5) -> Callable[..., Any]:
     """The scheduler-side wait of a call for its step's outcome (pickled bytes; None
     after ``timeout`` seconds). All waiting calls wake when it is delivered.
+
+    Every ``poll`` seconds the wait looks whether the leader's Dask client is
+    still connected: when it is gone (its worker died), the step is marked
+    failed, its held keys are let go of, and every waiting call gets the
+    reason (a ``str``) instead of waiting out ``timeout``.
 
     Examples
     --------
@@ -269,19 +356,46 @@ def _outcome(base: str, gen: int, timeout: float) -> Callable[..., Any]:
     (b'done', {'step': {'out': {}}})
     """
 
-    async def take(dask_scheduler: Any = None) -> bytes | None:
+    holder = _holder(base)
+
+    async def take(dask_scheduler: Any = None) -> bytes | str | None:
         import asyncio
 
-        outs = dask_scheduler.task_metadata.setdefault(base, {}).setdefault("out", {})
+        step = dask_scheduler.task_metadata.setdefault(base, {})
+        outs = step.setdefault("out", {})
         box = outs.setdefault(gen, {"event": asyncio.Event(), "taken": 0, "gone": 0})
-        try:
-            await asyncio.wait_for(box["event"].wait(), timeout)
-        except TimeoutError:
-            box["gone"] += 1  # one call fewer to hand it to
-            payload = None
-        else:
-            box["taken"] += 1
-            payload = box["payload"]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        payload: bytes | str | None = None
+        while True:
+            left = deadline - loop.time()
+            try:
+                await asyncio.wait_for(box["event"].wait(), max(0.0, min(left, poll)))
+            except TimeoutError:
+                leader = step.get("leaders", {}).get(gen)
+                if leader is not None and leader[0] not in dask_scheduler.clients:
+                    # the leading call's process is gone (its worker died): nobody will
+                    # deliver; fail the step (a rerun of its calls fails at once) and let
+                    # go of what it held
+                    why = "the call leading it was lost (its worker or process died)"
+                    step["failed"] = why
+                    del step["leaders"][gen]
+                    holder_keys = leader[1]
+                    if holder_keys and holder in dask_scheduler.clients:
+                        dask_scheduler.client_releases_keys(keys=holder_keys, client=holder)
+                    if "expected" not in box:
+                        # kept, never counted out: a call still on its way here must find it
+                        box["payload"], box["expected"] = why, float("inf")
+                        box["event"].set()
+                    continue
+                if left > poll:
+                    continue
+                box["gone"] += 1  # one call fewer to hand it to
+                break
+            else:
+                box["taken"] += 1
+                payload = box["payload"]
+                break
         if "expected" in box and box["taken"] + box["gone"] >= box["expected"]:
             if outs.get(gen) is box:  # (not a box opened since for this round)
                 del outs[gen]
@@ -319,19 +433,26 @@ def _deliver(base: str, gen: int, waiting: int) -> Callable[..., None]:
     return deliver
 
 
-def _release(base: str, keys: list[Any]) -> Callable[..., None]:
-    """The scheduler-side step that lets go of a step's held contributions.
+def _release(base: str, keys: list[Any], gen: int = 0) -> Callable[..., None]:
+    """The scheduler-side step that lets go of round ``gen``'s held contributions (the
+    leader is done: the waiting calls stop watching it).
 
     Examples
     --------
     >>> class Scheduler:
     ...     clients = {}
-    >>> _release("step", ["k0"])(dask_scheduler=Scheduler())  # nothing held: nothing to do
+    ...     task_metadata = {"step": {"leaders": {0: ("Client-1", ["k0"])}}}
+    >>> s = Scheduler()
+    >>> _release("step", ["k0"])(dask_scheduler=s)  # nothing held: nothing to do
+    >>> s.task_metadata
+    {'step': {'leaders': {}}}
     """
 
     holder = _holder(base)
 
     def release(dask_scheduler: Any = None) -> None:
+        step = dask_scheduler.task_metadata.get(base, {})
+        step.get("leaders", {}).pop(gen, None)
         if keys and holder in dask_scheduler.clients:
             dask_scheduler.client_releases_keys(keys=keys, client=holder)
 

@@ -80,3 +80,18 @@ def make_fixed_target_save(target, clients):
         return {"u": (np.arange(rank * 10, rank * 10 + 10), np.full(10, float(step)))}
 
     return save
+
+
+def lead_and_die(base, rank, clients):
+    """A call of step ``base`` whose leading (last) call kills its own worker mid-stage."""
+    from orchestrator.plugins import dask as dask_plugin
+
+    from orchestrator.contributions import Contribution
+
+    rows = np.arange(rank * 10, rank * 10 + 10)
+
+    def die(cluster, futures):  # the hook contribute() runs the stage through
+        os._exit(1)
+
+    cons = {"u": Contribution(rank, rows, rows * 1.0)}
+    return dask_plugin.contribute(base, rank, cons, clients, die)

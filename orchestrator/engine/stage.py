@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,16 +127,20 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     [0, 1, 2, 3]
     """
     futures = list(futures)
-    who = cl.client.who_has(futures)  # one round trip for all
+    # (a future the scheduler forgot, or whose only copy went with its worker)
+    _check_not_lost([f.key for f in futures if f.status in ("cancelled", "lost")])
+    try:
+        who = cl.client.who_has(futures)  # one round trip for all
+    except CancelledError as err:  # (Dask's FuturesCancelledError: forgotten since)
+        _check_not_lost([str(err)])
+        raise
     if any(not who.get(f.key) for f in futures):
         # still being computed (a workflow writes what it just submitted): wait until each
         # is where its task put it. One task over contributions not computed yet would
         # pull them all to the one worker it runs on, and Dask's memory manager then drops
         # the other copies: the stage's every byte on one process (measured, 1 GiB on 2
         # compute workers: one wrote all, the other idled)
-        from distributed import wait
-
-        wait([f for f in futures if not who.get(f.key)])
+        _wait_computed(cl, [f for f in futures if not who.get(f.key)])
         who = cl.client.who_has(futures)
     got: list[Any] = [None] * len(futures)
     # first straight from the workers that hold them (no task: one message each way)
@@ -168,6 +173,50 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
         Described(f, c, expand_rows(rows), shape, dtype)
         for f, (c, rows, shape, dtype) in zip(futures, got, strict=True)
     ]
+
+
+def _lost(cl: IOCluster, keys: list[Any]) -> list[Any]:
+    """Those of ``keys`` that are nowhere and will not be computed again: data scattered
+    by a call whose worker died since (a task's result lost with its worker is computed
+    again by Dask, so it is only late)."""
+
+    # defined here so that it travels by value: the scheduler need not import this package
+    def gone(dask_scheduler: Any = None) -> list[Any]:
+        out = []
+        for key in keys:
+            # (a key the scheduler does not know yet may be a task just submitted)
+            ts = dask_scheduler.tasks.get(key)
+            if ts is not None and ts.run_spec is None and ts.state != "memory":
+                out.append(key)
+        return out
+
+    return list(cl.client.run_on_scheduler(gone))
+
+
+def _wait_computed(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None:
+    """Wait until ``futures`` are computed; a contribution lost on the way fails the stage
+    (waiting for it would never end)."""
+    from distributed import wait
+
+    while futures:
+        _check_not_lost([f.key for f in futures if f.status in ("cancelled", "lost")])
+        _check_not_lost(_lost(cl, [f.key for f in futures]))
+        try:
+            wait(futures, timeout=poll)
+        except TimeoutError:
+            futures = [f for f in futures if not f.done()]
+        except CancelledError as err:  # (Dask's FuturesCancelledError)
+            _check_not_lost([str(err)])
+        else:
+            return
+
+
+def _check_not_lost(lost: list[Any]) -> None:
+    if lost:
+        raise StageError(
+            f"{len(lost)} contribution(s) were lost before the stage could read them "
+            f"(their worker died), e.g. {lost[0]!r}"
+        )
 
 
 def _localize(
