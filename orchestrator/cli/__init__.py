@@ -1,7 +1,8 @@
 """The ``iorch`` command line: one module per command group, registered in :mod:`.commands`.
 
 - :mod:`.scheduling` — ``policies``, ``schedule``, ``workload``, ``cost``;
-- :mod:`.bench` — ``bench schedulers|optimal|idg|stage`` and ``write-bench``;
+- :mod:`.bench` — ``bench schedulers|optimal|idg|stage``;
+- :mod:`.writebench` — ``write-bench``;
 - :mod:`.run` — ``run bips3d`` (the main job) and ``verify``;
 - :mod:`.slurm` — ``slurm script|submit|status`` and the cluster options;
 - :mod:`._common` — the consoles, shared options and the one error handler.

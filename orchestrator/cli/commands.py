@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from . import bench, run, scheduling
+from . import bench, run, scheduling, writebench
 from ._common import handled
 from .slurm import slurm_app
 
@@ -34,7 +34,7 @@ workload_app.command("bidding")(handled(scheduling.workload_bidding))
 app.command("cost")(handled(scheduling.cost_cmd))
 bench_app.command("schedulers")(handled(bench.bench_schedulers))
 bench_app.command("optimal")(handled(bench.bench_optimal))
-app.command("write-bench")(handled(bench.write_bench_cmd))
+app.command("write-bench")(handled(writebench.write_bench_cmd))
 bench_app.command("idg")(handled(bench.bench_idg))
 bench_app.command("stage")(handled(bench.bench_stage))
 run_app.command("bips3d")(handled(run.run_bips3d))
