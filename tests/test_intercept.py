@@ -40,6 +40,33 @@ def test_decorator_bare_and_with_options_keeps_the_function():
         orc.output_stage(clients=0)(lambda step, rank: None)
 
 
+def test_write_options_come_as_one_object_or_as_changes_and_are_checked_at_once(cluster, tmp_path):
+    from orchestrator.engine.options import WriteOptions
+    from orchestrator.errors import PolicyError
+
+    shared = WriteOptions(format="zarr", window=32 << 20, seed=3)
+
+    @orc.output_stage(
+        target=str(tmp_path / "w-{step}.zarr"),
+        clients=1,
+        cluster=cluster,
+        options=shared,
+        overwrite=True,
+    )
+    def save(step, rank):
+        return np.arange(4), np.full(4, float(step))
+
+    write = save.options.write
+    assert (write.format, write.window, write.seed, write.overwrite) == ("zarr", 32 << 20, 3, True)
+    assert shared.overwrite is False  # the shared object is not changed
+    ck = save(2, 0).result()
+    assert np.array_equal(orc.open_checkpoint(ck.path)["save"], np.full(4, 2.0))
+    with pytest.raises(PolicyError, match="has no option 'polcy'"):  # a typo: not accepted
+        orc.output_stage(polcy="ecf")(lambda step, rank: None)
+    with pytest.raises(ContributionError, match="options must be a WriteOptions, got dict"):
+        orc.output_stage(options={"format": "zarr"})(lambda step, rank: None)
+
+
 def test_stages_pickle_without_their_cluster(cluster):
     stage = stage_funcs.make_save("x-{step}.h5", 2, os.getpid())
     stage2 = orc.output_stage(cluster=cluster, clients=2, step=None)(stage_funcs.capture_part)

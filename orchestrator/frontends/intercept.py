@@ -418,20 +418,14 @@ def output_stage(
     *,
     target: str | None = None,
     clients: int | None = None,
-    format: str = defaults.FORMAT,
-    policy: str = defaults.POLICY,
-    strategy: str = defaults.STRATEGY,
-    stripe_bytes: int = defaults.STRIPE_BYTES,
-    assignment: str = defaults.ASSIGNMENT,
     step: str | None = "step",
     client: str | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
-    allow_missing: bool = False,
-    overwrite: bool = False,
     scheduler: str | None = None,
-    n_ionodes: int = defaults.N_IONODES,
     cluster: Any = None,
     wait: bool = True,
+    options: WriteOptions | None = None,
+    **changes: Any,
 ) -> Any:
     """Mark a function whose result is a contribution to a checkpoint (bare or with options).
 
@@ -444,8 +438,16 @@ def output_stage(
         Calls per step; the step is written when that many have arrived.
         Required on Dask and Parsl; in plain Python, without it, call
         ``stage.commit(step)``.
-    format, policy, strategy, stripe_bytes, assignment, allow_missing, overwrite
-        As in :func:`orchestrator.engine.stage.write_stage`.
+    options : WriteOptions, optional
+        How each step is written (defaults if not given), as in
+        :func:`orchestrator.engine.stage.write_stage`; one object can serve
+        several stages.
+    **changes
+        Fields of :class:`~orchestrator.engine.options.WriteOptions` to
+        change (``format="zarr"``, ``policy="ecf"``, ``overwrite=True``,
+        ``window=…``, ``n_ionodes=`` — the I/O workers of the embedded
+        cluster in plain Python, …); any other name is an option of the
+        policy. They are checked here, when the function is decorated.
     step, client : str
         Names of the parameters holding the step key (``None``: one step) and
         the calling client's id (default: the first of ``client``, ``rank``,
@@ -455,8 +457,6 @@ def output_stage(
     scheduler : str, optional
         Dask scheduler address or scheduler file to contribute through from
         outside Dask tasks (Parsl workers); default ``$IORCH_SCHEDULER``.
-    n_ionodes : int
-        I/O workers of the embedded cluster (plain Python).
     cluster : IOCluster, optional
         Cluster for plain-Python calls (default: embedded, started once).
     wait : bool
@@ -483,17 +483,11 @@ def output_stage(
     """
 
     def wrap(f: Callable[..., Any]) -> OutputStage:
-        suffix = get_backend(format).suffix  # an unknown format is an error here, at once
-        write = WriteOptions(
-            format=format,
-            policy=policy,
-            strategy=strategy,
-            stripe_bytes=stripe_bytes,
-            assignment=assignment,
-            allow_missing=allow_missing,
-            overwrite=overwrite,
-            n_ionodes=n_ionodes,
-        )
+        if options is not None and not isinstance(options, WriteOptions):
+            raise ContributionError(f"options must be a WriteOptions, got {type(options).__name__}")
+        base = options or WriteOptions()
+        write = base.updated(**changes) if changes else base  # checked when made
+        suffix = get_backend(write.format).suffix  # an unknown format is an error here, at once
         template = target or f"{{name}}-step{{step}}{suffix}"
         render_target(template, step=0, name="stage")  # a field it may not use fails here
         opts = StageOptions(
