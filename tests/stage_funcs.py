@@ -95,3 +95,33 @@ def lead_and_die(base, rank, clients):
 
     cons = {"u": Contribution(rank, rows, rows * 1.0)}
     return dask_plugin.contribute(base, rank, cons, clients, die)
+
+
+def contribute_then(base, rank, clients, die_after=None):
+    """A call of step ``base`` whose stage, when this call leads, returns "committed" — or,
+    with ``die_after`` seconds, kills its own worker by then."""
+    import time
+
+    from orchestrator.plugins import dask as dask_plugin
+
+    from orchestrator.contributions import Contribution
+
+    rows = np.arange(rank * 10, rank * 10 + 10)
+
+    def stage(cluster, futures):
+        if die_after is not None:
+            time.sleep(die_after)
+            os._exit(1)
+        return "committed"
+
+    cons = {"u": Contribution(rank, rows, rows * 1.0)}
+    return dask_plugin.contribute(base, rank, cons, clients, stage, timeout=WAIT_AT_MOST)
+
+
+#: a call's longest wait for its step in these tests: far above any step's time here
+WAIT_AT_MOST = 120.0
+
+
+def rank_loop(save, rank, steps):
+    """One long-running task per rank that checkpoints every step (as a simulation does)."""
+    return [save(step, rank).step for step in range(steps)]

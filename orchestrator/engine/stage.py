@@ -131,8 +131,8 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     _check_not_lost([f.key for f in futures if f.status in ("cancelled", "lost")])
     try:
         who = cl.client.who_has(futures)  # one round trip for all
-    except CancelledError as err:  # (Dask's FuturesCancelledError: forgotten since)
-        _check_not_lost([str(err)])
+    except CancelledError:  # (Dask's FuturesCancelledError: forgotten since)
+        _check_not_lost([f.key for f in futures if f.cancelled()] or ["?"])
         raise
     if any(not who.get(f.key) for f in futures):
         # still being computed (a workflow writes what it just submitted): wait until each
@@ -175,38 +175,49 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     ]
 
 
-def _lost(cl: IOCluster, keys: list[Any]) -> list[Any]:
-    """Those of ``keys`` that are nowhere and will not be computed again: data scattered
-    by a call whose worker died since (a task's result lost with its worker is computed
-    again by Dask, so it is only late)."""
+#: seconds a contribution may stay unknown to the scheduler (or known as data that is
+#: nowhere) before the stage counts it lost: a task just submitted is unknown for a moment
+LOST_AFTER = 2.0
+
+
+def _suspects(cl: IOCluster, keys: list[Any]) -> list[Any]:
+    """Those of ``keys`` that are nowhere and that nothing will compute: unknown to the
+    scheduler, or data (no task) in no worker's memory. A scattered contribution whose
+    worker died is forgotten; a task's result lost with its worker is computed again by
+    Dask, so it is only late."""
 
     # defined here so that it travels by value: the scheduler need not import this package
-    def gone(dask_scheduler: Any = None) -> list[Any]:
+    def nowhere(dask_scheduler: Any = None) -> list[Any]:
         out = []
         for key in keys:
-            # (a key the scheduler does not know yet may be a task just submitted)
             ts = dask_scheduler.tasks.get(key)
-            if ts is not None and ts.run_spec is None and ts.state != "memory":
+            if ts is None or (ts.run_spec is None and ts.state != "memory"):
                 out.append(key)
         return out
 
-    return list(cl.client.run_on_scheduler(gone))
+    return list(cl.client.run_on_scheduler(nowhere))
 
 
 def _wait_computed(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None:
     """Wait until ``futures`` are computed; a contribution lost on the way fails the stage
-    (waiting for it would never end)."""
+    (waiting for it would never end): one that stays a suspect (:func:`_suspects`) for
+    :data:`LOST_AFTER` seconds, or that Dask says is lost or cancelled."""
     from distributed import wait
 
+    since: dict[Any, float] = {}
     while futures:
         _check_not_lost([f.key for f in futures if f.status in ("cancelled", "lost")])
-        _check_not_lost(_lost(cl, [f.key for f in futures]))
+        now = time.monotonic()
+        suspects = set(_suspects(cl, [f.key for f in futures]))
+        since = {k: since.get(k, now) for k in suspects}
+        _check_not_lost([k for k, t in since.items() if now - t >= LOST_AFTER])
         try:
             wait(futures, timeout=poll)
         except TimeoutError:
             futures = [f for f in futures if not f.done()]
-        except CancelledError as err:  # (Dask's FuturesCancelledError)
-            _check_not_lost([str(err)])
+        except CancelledError:  # (Dask's FuturesCancelledError)
+            _check_not_lost([f.key for f in futures if f.cancelled()] or ["?"])
+            raise
         else:
             return
 
@@ -215,7 +226,7 @@ def _check_not_lost(lost: list[Any]) -> None:
     if lost:
         raise StageError(
             f"{len(lost)} contribution(s) were lost before the stage could read them "
-            f"(their worker died), e.g. {lost[0]!r}"
+            f"(their worker died, or they were cancelled), e.g. {lost[0]!r}"
         )
 
 

@@ -116,3 +116,69 @@ def test_a_stage_over_a_lost_contribution_fails_instead_of_waiting_for_it(cluste
     with pytest.raises(StageError, match="lost before the stage could read them"):
         write_stage(tmp_path / "lost.h5", {"u": (spec, [kept, doomed])}, cluster=cluster)
     assert not (tmp_path / "lost.h5").exists()
+
+
+def test_a_task_calling_a_step_again_or_a_step_submitted_again_is_no_rerun(cluster, tmp_path):
+    """Dask's re-run of a dead call has the same task key as its first run; so have a task
+    that checkpoints every step of a loop (one long task per rank), and a step submitted
+    again with ``pure=True`` (the same keys once the first futures are released): those
+    are new calls, and every step commits."""
+    target = str(tmp_path / "latest.h5")
+    save = stage_funcs.make_fixed_target_save(target, 2)
+    loops = cluster.client.map(stage_funcs.rank_loop, [save] * 2, range(2), [3] * 2, pure=False)
+    assert cluster.client.gather(loops) == [[0, 1, 2], [0, 1, 2]]
+    for _ in range(2):
+        futures = cluster.client.map(save, [7, 7], [0, 1])  # pure: the same keys each time
+        assert [f.result().step for f in futures] == [7, 7]
+        del futures
+        _until(lambda: not _held(cluster, "latest.h5"), "the step is over")
+
+
+def test_a_leaders_death_fails_its_round_only(cluster):
+    """Round 0's leader dies while round 1 of the same step name already has a waiting call:
+    round 0 fails (its leader's re-run too), round 1 goes on and commits."""
+    base = "iorch:test:two-rounds"
+    first, second = cluster.compute
+    call = stage_funcs.contribute_then
+    a = cluster.client.submit(call, base, 0, 2, workers=[first], pure=False)
+    _until(lambda: _held(cluster, "two-rounds") == 1, "round 0's first call has arrived")
+    lead = cluster.client.submit(
+        call, base, 1, 2, 3.0, workers=[second], pure=False, allow_other_workers=True
+    )
+    _until(lambda: _held(cluster, "two-rounds") == 0, "round 0 is led")
+    b = cluster.client.submit(call, base, 0, 2, workers=[first], pure=False)
+    _until(lambda: _held(cluster, "two-rounds") == 1, "round 1's first call has arrived")
+    _done, not_done = wait([a, lead], timeout=WATCHDOG)
+    assert not not_done
+    for f in (a, lead):
+        assert isinstance(f.exception(), StageError), f.exception()
+        assert "leading it was lost" in str(f.exception())
+    assert not b.done()  # round 1 waits for its second call, untouched by round 0's failure
+    c = cluster.client.submit(call, base, 1, 2, workers=[first], pure=False)
+    assert cluster.client.gather([b, c]) == ["committed", "committed"]
+
+
+def test_a_contribution_the_scheduler_forgot_fails_the_stage_instead_of_waiting(cluster):
+    """A future made for a key after its worker died (the leader's futures are made from
+    keys) stays pending forever: the stage must count it lost."""
+    from distributed import Client, Future
+
+    from orchestrator.contributions import Contribution
+    from orchestrator.engine.cluster import IOCluster
+    from orchestrator.engine.stage import describe
+
+    first, _ = cluster.compute
+    rows = np.arange(10)
+    doomed = cluster.client.scatter(Contribution(1, rows, rows * 1.0), workers=[first])
+    key = doomed.key
+    before = dispatch._live_workers(cluster)[first]
+    os.kill(cluster.worker_pids()[first], signal.SIGKILL)
+    _until(lambda: dispatch._live_workers(cluster).get(first) != before, "the death is seen")
+    # another client (as the leader's worker is) that never knew the key
+    with Client(
+        cluster.client.scheduler.address, security=cluster.client.security, set_as_default=False
+    ) as other:
+        late = Future(key, other)
+        assert late.status == "pending"
+        with pytest.raises(StageError, match="lost before the stage could read them"):
+            describe(IOCluster(other, cluster.ionodes, cluster.compute), [late])
