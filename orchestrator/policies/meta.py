@@ -131,9 +131,12 @@ def _auto(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) ->
     skipped: dict[str, str] = {}
     # (candidate, its cost in runs of the first one, a rough guess): a candidate
     # runs only while the best plan's distance to the lower bound could pay for it
-    wanted = [(second, 1.0 if equal else 5.0), ("ecf-ls", 2.0)]
-    wanted += [("split-opt", 50.0)] if split else []
-    for name, factor in wanted:
+    wanted: list[tuple[str, float, dict[str, Any]]] = [
+        (second, 1.0 if equal else 5.0, {}),
+        ("ecf-ls", 2.0, {}),
+    ]
+    wanted += [("split-opt", 50.0, sp_opts)] if split else []
+    for name, factor, opts in wanted:
         best = min(plans, key=lambda p: p.total_seconds)
         gain = best.makespan - best.lower_bound
         if gain <= 1e-9 * best.lower_bound:
@@ -157,7 +160,7 @@ def _auto(ts: TransferSet, cm: CostModel, seed: int, options: dict[str, Any]) ->
                 )
             )
         else:
-            plans.append(schedule(ts, name, cost=cm, **(sp_opts if name == "split-opt" else {})))
+            plans.append(schedule(ts, name, cost=cm, **opts))
     best = min(plans, key=lambda p: p.total_seconds)
     return Built(
         best.units,
