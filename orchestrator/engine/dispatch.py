@@ -61,8 +61,6 @@ class Staged:
     specs: list[DatasetSpec]
     parts: list[StageTransfers]
     first_transfer: list[int]  # first global transfer index of each dataset
-    #: per dataset, which stripes this stage writes (None: all; a wave writes some)
-    only: list[np.ndarray] | None = None
 
 
 def stripes_of(staged: Staged, n_ionodes: int) -> list[list[tuple[int, int, int]]]:
@@ -80,8 +78,6 @@ def stripes_of(staged: Staged, n_ionodes: int) -> list[list[tuple[int, int, int]
     for d, (spec, part) in enumerate(zip(staged.specs, staged.parts, strict=True)):
         lay = part.layout
         for k in range(lay.stripes(spec.nbytes)):
-            if staged.only is not None and not staged.only[d][k]:
-                continue
             off = k * lay.stripe_bytes
             out[k % lay.n_ionodes].append((d, off, min(lay.stripe_bytes, spec.nbytes - off)))
     return out
