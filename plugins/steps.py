@@ -20,13 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CLIENT_GRACE"]
+__all__ = ["CLIENT_GRACE", "LED_KEPT"]
 
 
 def _holder(base: str) -> str:
     """The scheduler-side name that keeps a step's contributions alive until it is written."""
     return f"iorch-step:{base}"
 
+
+#: calls of led rounds remembered per step name (their task, to know Dask's re-run of one):
+#: a bound for a step name used for many rounds
+LED_KEPT = 10_000
 
 #: seconds a leader's client (outside a worker) may stay disconnected before its step's
 #: waiting calls give up on it: Dask clients reconnect after a short network outage
@@ -117,9 +121,9 @@ def _arrival(
     value: the scheduler need not import this package.
 
     Dask runs a task again when the worker running it dies. Such a call — the
-    same task (``task`` key and task state) whose first run's ``worker`` is
-    gone; not a task that calls the step again, nor a new submission under the
-    same key — never opens a new round:
+    same task state (``task`` key) with a new run id; not a task that calls the
+    step again (same run id), nor a new submission under the same key (another
+    task state) — never opens a new round:
 
     - before the lead its first contributions died with the worker (held
       contributions no longer in memory are dropped at every arrival, so a
@@ -165,33 +169,39 @@ def _arrival(
         return True
 
     def arrive(dask_scheduler: Any = None) -> tuple[str, Any, int]:
+        import weakref
+
         step = dask_scheduler.task_metadata.setdefault(base, {})
         gen = int(step.get("round", 0))
         if step.get("failed"):
             return "failed", step["failed"], gen
         ts = dask_scheduler.tasks.get(task) if task is not None else None
         first = step.get("led", {}).get(task) if task is not None else None
+        # a re-run is the same task state (a weak reference: never kept alive here) with a
+        # new run id; a task calling the step again keeps its run id, a new submission
+        # under the same key is another task state
         if (
             first is not None
             and ts is not None
-            and first[1] == id(ts)
-            and first[2] is not None
-            and not h["worker_alive"](dask_scheduler, first[2])
+            and first[1] is not None
+            and first[1]() is ts
+            and first[2] != ts.run_id
         ):
             led_gen = first[0]
             if led_gen in step.get("leaders", {}) or led_gen in step.get("out", {}):
-                h["add_reader"](step, led_gen)
+                if waits:
+                    h["add_reader"](step, led_gen)
                 return "wait", None, led_gen
             return "rerun", led_gen, gen
         held = dict(step.get("held", {}))
         calls = dict(step.get("calls", {}))
         for c in [c for c in held if not in_memory(dask_scheduler, held[c])]:
             h["let_go"](dask_scheduler, holder, list(held.pop(c).values()))
-            rec = calls.pop(c, None)  # (task, id of its state, worker, waits)
-            back = rec is not None and rec[0] is not None
+            rec = calls.pop(c, None)  # (task, its task state (weak), run id, waits)
+            back = rec is not None and rec[0] is not None and rec[1] is not None
             if back:
                 now = dask_scheduler.tasks.get(rec[0])
-                back = now is not None and id(now) == rec[1] and now.state in live_states
+                back = now is not None and rec[1]() is now and now.state in live_states
             if not back:
                 why = f"the contributions of client {c} were lost (their worker died)"
                 step["failed"], step["held"], step["calls"] = why, {}, {}
@@ -204,15 +214,21 @@ def _arrival(
             return "twice", None, gen
         dask_scheduler.client_desires_keys(keys=list(keys.values()), client=holder)
         held[client_id] = keys
-        calls[client_id] = (task, None if ts is None else id(ts), worker, waits)
+        ref = None if ts is None else weakref.ref(ts)
+        calls[client_id] = (task, ref, None if ts is None else ts.run_id, waits)
         lead = len(held) == n_clients
         step["held"] = {} if lead else held
         step["calls"] = {} if lead else calls
         if lead:
             step["round"] = gen + 1
-            # only the last led round's calls are remembered: enough for a call run again
-            # while its round is written, bounded for a step name used many times
-            step["led"] = {r[0]: (gen, r[1], r[2]) for r in calls.values() if r[0] is not None}
+            # the led rounds' calls are remembered (the last LED_KEPT), to know a re-run
+            led = step.setdefault("led", {})
+            for r in calls.values():
+                if r[0] is not None:
+                    led.pop(r[0], None)  # (re-inserted: the oldest go first below)
+                    led[r[0]] = (gen, r[1], r[2])
+            while len(led) > LED_KEPT:
+                del led[next(iter(led))]
             round_keys = [k for x in held.values() for k in x.values()]
             leaders = step.setdefault("leaders", {})
             leaders[gen] = {"worker": worker, "client": caller, "keys": round_keys}

@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 import orchestrator as orc
+from orchestrator.contributions import Contribution
 
 
 class Trap(np.ndarray):
@@ -125,3 +126,12 @@ WAIT_AT_MOST = 120.0
 def rank_loop(save, rank, steps):
     """One long-running task per rank that checkpoints every step (as a simulation does)."""
     return [save(step, rank).step for step in range(steps)]
+
+
+def slow_contribution(rank, seconds):
+    """A task's contribution that takes ``seconds`` to compute."""
+    import time
+
+    time.sleep(seconds)
+    rows = np.arange(rank * 10, rank * 10 + 10)
+    return Contribution(rank, rows, rows * 1.0)

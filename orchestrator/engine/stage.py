@@ -113,13 +113,15 @@ class Described:
     dtype: str
 
 
-def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
+def describe(cl: IOCluster, futures: Sequence[Any], held: bool = False) -> list[Described]:
     """Ask the workers holding ``futures`` (Contributions) for their rows, shapes and dtypes.
 
     The workers holding them answer directly (:func:`describe_held`), all at
     once; what they cannot answer for is asked with one task per worker. The
     values stay where they are, and a stage of many tasks costs a few round
-    trips, not one per task.
+    trips, not one per task. ``held``: the futures were made from keys a step
+    held in memory (:mod:`orchestrator.plugins.dask`), so a key the scheduler
+    no longer knows was lost, not just submitted.
 
     Examples
     --------
@@ -127,8 +129,8 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
     [0, 1, 2, 3]
     """
     futures = list(futures)
-    # (a future the scheduler forgot, or whose only copy went with its worker)
-    _check_not_lost([f.key for f in futures if f.status in ("cancelled", "lost")])
+    # (a future the scheduler forgot; one whose result is "lost" Dask computes again)
+    _check_not_lost([f.key for f in futures if f.status == "cancelled"])
     try:
         who = cl.client.who_has(futures)  # one round trip for all
     except CancelledError:  # (Dask's FuturesCancelledError: forgotten since)
@@ -140,14 +142,14 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
         # pull them all to the one worker it runs on, and Dask's memory manager then drops
         # the other copies: the stage's every byte on one process (measured, 1 GiB on 2
         # compute workers: one wrote all, the other idled)
-        _wait_computed(cl, [f for f in futures if not who.get(f.key)])
+        _wait_computed(cl, [f for f in futures if not who.get(f.key)], held)
         who = cl.client.who_has(futures)
     got: list[Any] = [None] * len(futures)
     # first straight from the workers that hold them (no task: one message each way)
-    held = {a for f in futures for a in who.get(f.key) or ()}
-    if held:
+    holding = {a for f in futures for a in who.get(f.key) or ()}
+    if holding:
         seen = cl.client.run(
-            describe_held, [f.key for f in futures], workers=sorted(held), on_error="ignore"
+            describe_held, [f.key for f in futures], workers=sorted(holding), on_error="ignore"
         )
         for i, f in enumerate(futures):
             for a in sorted(who.get(f.key) or ()):
@@ -180,25 +182,31 @@ def describe(cl: IOCluster, futures: Sequence[Any]) -> list[Described]:
 LOST_AFTER = 2.0
 
 
-def _suspects(cl: IOCluster, keys: list[Any]) -> list[Any]:
-    """Those of ``keys`` that are nowhere and that nothing will compute: unknown to the
-    scheduler, or data (no task) in no worker's memory. A scattered contribution whose
-    worker died is forgotten; a task's result lost with its worker is computed again by
-    Dask, so it is only late."""
+def _suspects(cl: IOCluster, keys: list[Any], unknown: bool) -> list[Any]:
+    """Those of ``keys`` that are nowhere and that nothing will compute: data (no task)
+    in no worker's memory, and, with ``unknown``, keys the scheduler does not know (a
+    scattered contribution whose worker died is forgotten; a task just submitted is not
+    known yet). A task's result lost with its worker is computed again by Dask, so it is
+    only late."""
 
     # defined here so that it travels by value: the scheduler need not import this package
     def nowhere(dask_scheduler: Any = None) -> list[Any]:
         out = []
         for key in keys:
             ts = dask_scheduler.tasks.get(key)
-            if ts is None or (ts.run_spec is None and ts.state != "memory"):
+            if ts is None:
+                if unknown:
+                    out.append(key)
+            elif ts.run_spec is None and ts.state != "memory":
                 out.append(key)
         return out
 
     return list(cl.client.run_on_scheduler(nowhere))
 
 
-def _wait_computed(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None:
+def _wait_computed(
+    cl: IOCluster, futures: list[Any], held: bool = False, poll: float = 0.5
+) -> None:
     """Wait until ``futures`` are computed; a contribution lost on the way fails the stage
     (waiting for it would never end): one that stays a suspect (:func:`_suspects`) for
     :data:`LOST_AFTER` seconds, or that Dask says is lost or cancelled."""
@@ -206,9 +214,9 @@ def _wait_computed(cl: IOCluster, futures: list[Any], poll: float = 0.5) -> None
 
     since: dict[Any, float] = {}
     while futures:
-        _check_not_lost([f.key for f in futures if f.status in ("cancelled", "lost")])
+        _check_not_lost([f.key for f in futures if f.status == "cancelled"])
         now = time.monotonic()
-        suspects = set(_suspects(cl, [f.key for f in futures]))
+        suspects = set(_suspects(cl, [f.key for f in futures], held))
         since = {k: since.get(k, now) for k in suspects}
         _check_not_lost([k for k, t in since.items() if now - t >= LOST_AFTER])
         try:

@@ -221,7 +221,7 @@ def _run(
     # one round of small tasks for every remote contribution of every dataset: its rows
     # give the shape here and are handed on, so write_stage does not ask again
     futures = [c for cs in contributions.values() for c in cs if is_future(c)]
-    described = iter(describe(cluster, futures) if futures else [])
+    described = iter(describe(cluster, futures, held=True) if futures else [])
     datasets = {}
     for ds, contribs in contributions.items():
         held = [next(described) if is_future(c) else c for c in contribs]

@@ -18,6 +18,7 @@ import pytest
 import stage_funcs
 from distributed import wait
 
+import orchestrator as orc
 from orchestrator.engine import dispatch
 from orchestrator.engine.cluster import local_cluster
 from orchestrator.errors import StageError
@@ -181,4 +182,29 @@ def test_a_contribution_the_scheduler_forgot_fails_the_stage_instead_of_waiting(
         late = Future(key, other)
         assert late.status == "pending"
         with pytest.raises(StageError, match="lost before the stage could read them"):
-            describe(IOCluster(other, cluster.ionodes, cluster.compute), [late])
+            describe(IOCluster(other, cluster.ionodes, cluster.compute), [late], held=True)
+
+
+def test_a_stage_over_task_results_lost_with_their_worker_waits_for_dask_to_redo_them(
+    cluster, tmp_path
+):
+    """Unlike scattered data, a task's result lost with its worker is computed again by
+    Dask: the stage waits for it (its future reads "lost" meanwhile) and commits."""
+    from orchestrator.contributions import DatasetSpec
+    from orchestrator.engine.stage import write_stage
+
+    first, _ = cluster.compute
+    parts = [
+        cluster.client.submit(
+            stage_funcs.slow_contribution, r, 1.0, workers=[first], allow_other_workers=True
+        )
+        for r in range(2)
+    ]
+    cluster.client.gather(parts)
+    before = dispatch._live_workers(cluster)[first]
+    os.kill(cluster.worker_pids()[first], signal.SIGKILL)
+    _until(lambda: dispatch._live_workers(cluster).get(first) != before, "the death is seen")
+    res = write_stage(
+        tmp_path / "redo.h5", {"u": (DatasetSpec("u", (20,), "f8"), parts)}, cluster=cluster
+    )
+    assert np.array_equal(orc.open_checkpoint(res.path)["u"], np.arange(20.0))
