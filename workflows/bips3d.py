@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from orchestrator import defaults
 from orchestrator.contributions import Contribution, DatasetSpec
-from orchestrator.cost import CostModel
+from orchestrator.cost import get_cost_model
 from orchestrator.engine.backends import get_backend
 from orchestrator.engine.options import WriteOptions
 from orchestrator.errors import DumpError, InputError
@@ -64,6 +64,8 @@ __all__ = [
 DATASET = "load"
 STRATEGIES = ("sequential", "list", "two-phase", "auto")
 MAX_LOAD = 1 << 20
+#: the dump's default stripe size (smaller than a write stage's default)
+DUMP_STRIPE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -267,15 +269,11 @@ def dump(
     target: str | os.PathLike[str],
     load: int = 100,
     method: str = "idg",
-    policy: str = defaults.POLICY,
     strategy: str = "auto",
-    format: str = defaults.FORMAT,
-    stripe_bytes: int = 1 << 20,
-    cost: CostModel | None = None,
     rule: DecisionRule | None = None,
     contributions: Sequence[Any] | None = None,
-    seed: int = 0,
-    overwrite: bool = False,
+    options: WriteOptions | None = None,
+    **changes: Any,
 ) -> DumpResult:
     """Dump the mesh's ``load`` vector to ``target`` and check every row after the commit.
 
@@ -289,18 +287,19 @@ def dump(
         Values per node.
     method : {"idg", "metis", "first", "random"}
         Replica assignment.
-    policy : str
-        Transfer scheduling policy.
     strategy : {"auto", "list", "two-phase", "sequential"}
-    format : {"hdf5", "hdf5-vds", "hdf5-chunked", "zarr"}
-    stripe_bytes : int
-        Stripe size of the I/O nodes' round-robin layout.
-    cost : CostModel, optional
-        Planning model; its network bandwidth also feeds the ``auto`` rule.
     rule : DecisionRule, optional
         Thresholds of ``auto``.
     contributions : list of futures, optional
         From :func:`make_contributions` (reuse them across methods).
+    options : WriteOptions, optional
+        How the dump is written (default: 1 MiB stripes); its ``cost``
+        model's network bandwidth also feeds the ``auto`` rule, its ``seed``
+        the assignment's ties.
+    **changes
+        Fields of :class:`~orchestrator.engine.options.WriteOptions` to change
+        (``format=``, ``policy=``, ``stripe_bytes=``, ``cost=``, ``seed=``,
+        ``overwrite=``, …), as in :func:`~orchestrator.engine.stage.write_stage`.
 
     Examples
     --------
@@ -325,21 +324,17 @@ def dump(
     if strategy not in STRATEGIES:
         raise InputError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
     target = Path(target)
+    base = options or WriteOptions(stripe_bytes=DUMP_STRIPE_BYTES)
+    write = base.updated(**changes) if changes else base
+    seed = write.seed
     rule = rule or DecisionRule()
     if strategy == "auto":
+        cost = get_cost_model(write.cost) if isinstance(write.cost, str) else write.cost
         bandwidth = cost.network_bandwidth if cost is not None else float("inf")
         strategy = rule.choose(case.n_nodes, load, bandwidth)
     own = contributions is None
     parts = make_contributions(case, load, cluster) if own else list(contributions or [])
     spec = DatasetSpec(DATASET, (case.n_nodes, load), "float64")
-    write = WriteOptions(
-        format=format,
-        policy=policy,
-        stripe_bytes=stripe_bytes,
-        cost=cost,
-        seed=seed,
-        overwrite=overwrite,
-    )
     temporary = parts if own else []
     try:
         if strategy == "sequential":
