@@ -188,11 +188,18 @@ def _arrival(
             and first[2] != ts.run_id
         ):
             led_gen = first[0]
-            if led_gen in step.get("leaders", {}) or led_gen in step.get("out", {}):
+            leader = step.get("leaders", {}).get(led_gen)
+            if leader is not None and leader.get("task") == task and n_clients == 1:
+                # the leader of a step of one call, run again: nobody waits for its round,
+                # so it lets go of it and leads a new one, as its first run did
+                del step["leaders"][led_gen]
+                h["let_go"](dask_scheduler, holder, leader["keys"])
+            elif leader is not None or led_gen in step.get("out", {}):
                 if waits:
                     h["add_reader"](step, led_gen)
                 return "wait", None, led_gen
-            return "rerun", led_gen, gen
+            else:
+                return "rerun", led_gen, gen
         held = dict(step.get("held", {}))
         calls = dict(step.get("calls", {}))
         for c in [c for c in held if not in_memory(dask_scheduler, held[c])]:
@@ -231,7 +238,7 @@ def _arrival(
                 del led[next(iter(led))]
             round_keys = [k for x in held.values() for k in x.values()]
             leaders = step.setdefault("leaders", {})
-            leaders[gen] = {"worker": worker, "client": caller, "keys": round_keys}
+            leaders[gen] = {"worker": worker, "client": caller, "keys": round_keys, "task": task}
         return ("lead", held, gen) if lead else ("wait", None, gen)
 
     return arrive

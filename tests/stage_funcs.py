@@ -135,3 +135,20 @@ def slow_contribution(rank, seconds):
     time.sleep(seconds)
     rows = np.arange(rank * 10, rank * 10 + 10)
     return Contribution(rank, rows, rows * 1.0)
+
+
+def lead_alone_dying_once(base, marker):
+    """The one call of a step; its first run kills its worker while it leads, its re-run
+    (``marker`` exists by then) returns "committed"."""
+    from orchestrator.plugins import dask as dask_plugin
+
+    rows = np.arange(10)
+
+    def stage(cluster, futures):
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return "committed"
+
+    cons = {"u": Contribution(0, rows, rows * 1.0)}
+    return dask_plugin.contribute(base, 0, cons, 1, stage, timeout=WAIT_AT_MOST)

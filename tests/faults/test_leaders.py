@@ -208,3 +208,18 @@ def test_a_stage_over_task_results_lost_with_their_worker_waits_for_dask_to_redo
         tmp_path / "redo.h5", {"u": (DatasetSpec("u", (20,), "f8"), parts)}, cluster=cluster
     )
     assert np.array_equal(orc.open_checkpoint(res.path)["u"], np.arange(20.0))
+
+
+def test_a_step_of_one_call_whose_leader_died_is_led_again_by_its_rerun(cluster, tmp_path):
+    """Nobody waits for a step of one call: Dask's re-run of it leads again and commits."""
+    first, _ = cluster.compute
+    call = cluster.client.submit(
+        stage_funcs.lead_alone_dying_once,
+        "iorch:test:alone",
+        str(tmp_path / "died-once"),
+        workers=[first],
+        allow_other_workers=True,
+        pure=False,
+    )
+    assert call.result(timeout=WATCHDOG) == "committed"
+    assert (tmp_path / "died-once").exists()  # the first run did die
