@@ -356,12 +356,12 @@ def _release(base: str, keys: list[Any], gen: int = 0) -> Callable[..., None]:
     """
 
     holder = _holder(base)
+    h = _helpers()
 
     def release(dask_scheduler: Any = None) -> None:
         step = dask_scheduler.task_metadata.get(base, {})
         step.get("leaders", {}).pop(gen, None)
-        if keys and holder in dask_scheduler.clients:
-            dask_scheduler.client_releases_keys(keys=keys, client=holder)
+        h["let_go"](dask_scheduler, holder, keys)
 
     return release
 
@@ -381,13 +381,12 @@ def _failure(base: str, why: str) -> Callable[..., tuple[int, int]]:
     """
 
     holder = _holder(base)
+    h = _helpers()
 
     def mark(dask_scheduler: Any = None) -> tuple[int, int]:
         step = dask_scheduler.task_metadata.setdefault(base, {})
         held = step.get("held", {})
-        keys = [k for ks in held.values() for k in ks.values()]
-        if keys and holder in dask_scheduler.clients:
-            dask_scheduler.client_releases_keys(keys=keys, client=holder)
+        h["let_go"](dask_scheduler, holder, [k for ks in held.values() for k in ks.values()])
         step["failed"] = why
         step["held"] = {}
         return len(held), int(step.get("round", 0))
