@@ -182,14 +182,14 @@ def stages(draw):
     ).reshape(len(specs), n_clients)
     batch = draw(st.integers(1, 200))
     first_batch = draw(st.integers(1, 200))
-    return staged, plan, n_io, source, batch, first_batch
+    return staged, plan, n_io, source, batch, first_batch, draw(st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
 @given(stages())
 def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
-    staged, plan, n_io, source, batch, first_batch = case
-    prog = program_of(staged, plan, n_io, source, batch, first_batch)
+    staged, plan, n_io, source, batch, first_batch, by_unit = case
+    prog = program_of(staged, plan, n_io, source, batch, first_batch, by_unit)
     # oracle: expand the plan into bytes, the slow way
     want: dict[int, list[tuple[int, int, int]]] = {s: [] for s in range(n_io)}
     transfer_bytes = {}
@@ -212,6 +212,10 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
         for k, b in enumerate(node.batches):
             assert b.index == k and b.ionode == s
             assert 0 < b.nbytes <= max(batch, 1)  # batches are bounded
+            if by_unit:  # one unit per batch, so one cut: its planned start is its rank's
+                assert np.unique(b.ranges.unit).size == 1
+                assert len(b.cuts) == 1
+                assert b.planned_start == plan.start[int(b.ranges.unit[0])]
             for i in range(len(b.ranges)):
                 d, c, o, n = (
                     int(b.ranges.dataset[i]),
@@ -248,8 +252,8 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
 @settings(max_examples=300, deadline=None)
 @given(stages(), st.integers(1, 400))
 def test_stripe_groups_store_each_stripe_once_when_the_plan_completes_it(case, limit):
-    staged, plan, n_io, source, batch, first_batch = case
-    prog = program_of(staged, plan, n_io, source, batch, first_batch)
+    staged, plan, n_io, source, batch, first_batch, by_unit = case
+    prog = program_of(staged, plan, n_io, source, batch, first_batch, by_unit)
     sb = [p.layout.stripe_bytes for p in staged.parts]
     for node in prog.nodes:
         groups = stripe_groups(node, sb, limit)

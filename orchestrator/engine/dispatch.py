@@ -24,14 +24,13 @@ from ..layout import StageTransfers
 from ..plan import Plan
 from .backends import backend_ref, get_backend
 from .cluster import IOCluster, ionode_name
-from .cuts import cut
 from .options import DEFAULT_WINDOW
 from .program import Program, build_program, unit_ranges
 from .running import abort, busy
-from .sources import submit_cut, write_cut
+from .sources import hand_units, submit_cuts
 from .storage import crc32, fold_crc32
 from .trace import Trace
-from .worker import DIRECT_AHEAD, run_ionode
+from .worker import run_ionode
 
 __all__ = ["DEFAULT_WINDOW", "StageError", "dispatch", "fill_pieces", "stripes_of"]
 
@@ -52,6 +51,16 @@ DIRECT_BATCH = 64 << 20
 #: ... and no fewer than this many batches per I/O node, so the nodes still advance side
 #: by side in plan order
 DIRECT_BATCHES_PER_NODE = 4
+
+
+#: direct writes handed out by the stage go to each source in tasks of its consecutive
+#: units (in the plan's order) of at most this many bytes: a task per unit cost each
+#: source a round trip per unit (see :func:`~orchestrator.engine.sources.write_cuts`)
+HAND_GROUP = 64 << 20
+#: per I/O node, the most bytes of its next batches (after the first) whose cuts the
+#: stage's process submits with the writer tasks. They stay on their sources until the
+#: stage ends (the stage holds them), so this also bounds that extra memory
+SEND_AHEAD = 16 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,6 +175,7 @@ def program_of(
     source: np.ndarray,
     batch_bytes: int,
     first_batch_bytes: int,
+    by_unit: bool = False,
 ) -> Program:
     """The stage's :class:`Program` (pure: see :mod:`orchestrator.engine.program`).
 
@@ -209,6 +219,7 @@ def program_of(
         stripes_of(staged, n_ionodes),
         batch_bytes=batch_bytes,
         first_batch_bytes=first_batch_bytes,
+        by_unit=by_unit,
     )
 
 
@@ -252,18 +263,30 @@ def dispatch(
     # write directly have nothing to wait for, and full batches cost fewer round trips
     hosts = {get_address_host(a) for a in cl.ionodes}
     per_node = int(plan.transfers.total_bytes) // max(1, cl.n_ionodes)
-    if direct is None:
-        # few batches per I/O node: a source would write one node's whole stream before
-        # the next node's (sources, not I/O nodes, become the servers, and the nodes stop
-        # writing side by side), while the copy it saves is small
-        direct = per_node >= DIRECT_MIN_BATCHES * batch
-    direct = direct and not aggregate and get_backend(fmt).direct_writes(info)
-    local = direct and all(get_address_host(a) in hosts for a in addrs)
+    can = not aggregate and get_backend(fmt).direct_writes(info)
+    source_hosts = {get_address_host(a) for a in addrs}
     # one host for every worker: every source writes directly for every I/O node (with
     # several hosts, the other hosts' cuts are fetched, and the window bounds them)
-    one_host = local and len(hosts | {get_address_host(a) for a in addrs}) == 1
+    same_host = len(hosts | source_hosts) == 1
+    # every worker on this machine (so this process sees the file they see): the direct
+    # writes go to the sources from here, as the writer tasks leave, rather than from
+    # the writer tasks once they run (measured: 20-60 ms before the first byte)
+    loopback = same_host and _is_loopback(get_address_host(cl.ionodes[0]))
+    if direct is None:
+        # handed out from here, one task per unit in plan order, the sources run the plan
+        # themselves; otherwise few batches per I/O node would have a source write one
+        # node's whole stream before the next node's (the nodes stop writing side by side)
+        # while the copy it saves is small
+        direct = loopback or per_node >= DIRECT_MIN_BATCHES * batch
+    direct = direct and can
+    local = direct and source_hosts <= hosts
+    one_host = local and same_host
+    loopback = loopback and one_host
     if one_host and batch_bytes is None:
         batch = max(batch, min(DIRECT_BATCH, per_node // DIRECT_BATCHES_PER_NODE))
+    # the file each I/O node's sources write into, as seen here: None for a writer that
+    # takes no pieces from other processes (a whole-stripe writer stores stripes instead)
+    identities = _identities(fmt, info, cl.n_ionodes) if loopback else [None] * cl.n_ionodes
     program = program_of(
         staged,
         plan,
@@ -271,6 +294,7 @@ def dispatch(
         source,
         batch,
         batch if local else min(batch, 2 << 20),
+        by_unit=any(i is not None for i in identities),
     )
     names = [s.name for s in staged.specs]
     row_bytes = [s.row_bytes for s in staged.specs]
@@ -283,52 +307,42 @@ def dispatch(
     keys = {dc: f.key for dc, f in futures.items()}
     writers = []
     firsts: list[Any] = []
-    # every worker on this machine (so this process sees the file they see): the first
-    # direct writes go to the sources from here, as the writer tasks leave, rather than
-    # from the writer tasks once they run (measured: 20-60 ms before the first byte)
-    loopback = one_host and _is_loopback(get_address_host(cl.ionodes[0]))
     try:
+        # every cut the stage moves early, over all I/O nodes, submitted here in planned-start
+        # order: the first batch of each node goes with its writer task (Dask moves it
+        # before the task starts, so every node writes at once; measured on make demo's
+        # dumps: cut tasks submitted from inside the task first wrote 45-100 ms after it
+        # started, and the nodes' starts spread by up to 45 ms, against planned makespans
+        # of 30-110 ms), and the next batches in its window up to SEND_AHEAD bytes are
+        # handed to it as keys: they run back to back on the sources while the writers
+        # start, instead of one batch per round trip from each writer. Only when every
+        # byte is sent: a direct write is the source's own task, not data to move
+        early: dict[tuple[int, int], list[Any]] = {}
+        if not direct:
+            order = sorted(
+                (program.priority[s][b], s, b)
+                for s, node in enumerate(program.nodes)
+                for b in _sent_ahead(node, window)
+            )
+            todo = [
+                (c, addrs[c.source], -rank, (s, b))
+                for rank, s, b in order
+                for c in program.nodes[s].batches[b].cuts
+            ]
+            got = submit_cuts(cl.client, [t[:3] for t in todo], futures, row_bytes, dtypes, names)
+            for t, f in zip(todo, got, strict=True):
+                early.setdefault(t[3], []).append(f)
+            firsts.extend(got)
+        aheads: list[Any] = [None] * len(program.nodes)
+        if loopback:
+            aheads, handed = _hand_ahead(
+                cl, fmt, info, program, identities, futures, row_bytes, dtypes, names, addrs
+            )
+            firsts.extend(handed)
         for s, node in enumerate(program.nodes):
-            ahead = None
-            if loopback:
-                ahead, handed = _hand_ahead(
-                    cl,
-                    fmt,
-                    info,
-                    s,
-                    node,
-                    program.priority[s],
-                    futures,
-                    row_bytes,
-                    dtypes,
-                    names,
-                    addrs,
-                )
-                firsts.extend(handed)
-            # the first batch's cuts are submitted here and go with the writer task: Dask
-            # moves them to the I/O worker before the task starts, so every node writes at
-            # once (measured on make demo's dumps: cut tasks submitted from inside the task
-            # first wrote 45-100 ms after it started, and the nodes' starts spread by up to
-            # 45 ms, against planned makespans of 30-110 ms). Only when every byte is sent:
-            # a direct write is the source's own task, not data to move
-            first = None
-            if not direct and node.batches:
-                b0 = node.batches[0]
-                first = [
-                    submit_cut(
-                        cl.client,
-                        cut,
-                        c,
-                        futures,
-                        row_bytes,
-                        dtypes,
-                        names,
-                        addrs[c.source],
-                        -program.priority[s][0],
-                    )
-                    for c in b0.cuts
-                ]
-                firsts.extend(first)
+            ahead = aheads[s]
+            first = early.get((s, 0))
+            sent = {b: [f.key for f in fs] for (t, b), fs in early.items() if t == s and b > 0}
             used = {
                 (d, c)
                 for b in node.batches
@@ -354,6 +368,7 @@ def dispatch(
                     direct,
                     first,
                     ahead,
+                    sent,
                     resources={ionode_name(s): 1},
                     pure=False,
                 )
@@ -373,6 +388,29 @@ def dispatch(
     return Trace.from_results(results, plan.n_units), sums
 
 
+def _sent_ahead(node: Any, window: int) -> list[int]:
+    """The batches of ``node`` whose cuts the stage's process submits: those its window
+    fetches at once, while they total at most :data:`SEND_AHEAD` bytes (the first always).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> node = NS(batches=[NS(nbytes=n) for n in (2 << 20, 4 << 20, 8 << 20, 16 << 20)])
+    >>> _sent_ahead(node, 128 << 20)
+    [0, 1, 2]
+    >>> _sent_ahead(node, 3 << 20)
+    [0]
+    """
+    out: list[int] = []
+    held = 0
+    for b in node.batches:
+        held += b.nbytes
+        if out and (held > window or held > SEND_AHEAD):
+            break
+        out.append(len(out))
+    return out
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -380,60 +418,75 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _identities(fmt: str, info: dict[str, Any], n_ionodes: int) -> list[tuple[int, int] | None]:
+    """Per I/O node, the identity of the file its writer puts pieces in, as this process
+    sees it; None where the writer takes no pieces from other processes."""
+    out: list[tuple[int, int] | None] = []
+    for s in range(n_ionodes):
+        try:
+            writer = get_backend(fmt).writer(info, s, False)
+            try:
+                out.append(writer.file_identity() if writer.direct == "pieces" else None)
+            finally:
+                writer.release()
+        except OSError as err:
+            raise StageError(
+                f"opening {info.get('path')} to hand out its direct writes: {err}"
+            ) from err
+    return out
+
+
 def _hand_ahead(
     cl: IOCluster,
     fmt: str,
     info: dict[str, Any],
-    s: int,
-    node: Any,
-    priority: Sequence[int],
+    program: Program,
+    identities: Sequence[tuple[int, int] | None],
     futures: dict[tuple[int, int], Any],
     row_bytes: Sequence[int],
     dtypes: Sequence[str],
     names: Sequence[str],
     addrs: Sequence[str],
-) -> tuple[tuple[tuple[int, int], dict[int, list[str]]] | None, list[Any]]:
-    """Submit the direct writes of I/O node ``s``'s first batches from this process.
+) -> tuple[list[tuple[tuple[int, int], dict[int, list[tuple[str, int]]]] | None], list[Any]]:
+    """Submit the direct writes of every I/O node from this process, in the plan's order.
 
-    Returns ``run_ionode``'s ``ahead`` argument (the file identity seen here,
-    the cut tasks' keys per batch) and the futures to hold until the stage
-    ends; ``(None, [])`` for a writer that takes no pieces from other processes.
+    Returns, per I/O node, ``run_ionode``'s ``ahead`` argument (the file
+    identity seen here, and per batch each cut's task key and place in its
+    results; None for a node whose writer takes no pieces), and the futures
+    to hold until the stage ends. A writer of pieces gets all its batches (a
+    direct write holds no copy, so nothing bounds how many wait), a batch per
+    unit as :func:`~orchestrator.engine.program.build_program` cut them with
+    ``by_unit``: each source runs its units in the plan's order, in tasks of
+    up to :data:`HAND_GROUP` bytes, side by side with the other sources on
+    the I/O nodes as the plan has them.
     """
-    try:
-        writer = get_backend(fmt).writer(info, s, False)
-        try:
-            identity = writer.file_identity() if writer.direct == "pieces" else None
-        finally:
-            writer.release()
-    except OSError as err:
-        raise StageError(f"opening {info.get('path')} to hand out its first writes: {err}") from err
-    if identity is None:
-        return None, []
     ref = backend_ref(fmt)
-    by_batch: dict[int, list[str]] = {}
-    held: list[Any] = []
-    for b in node.batches[: 1 + DIRECT_AHEAD]:
-        fs = [
-            submit_cut(
-                cl.client,
-                write_cut,
-                c,
-                futures,
-                row_bytes,
-                dtypes,
-                names,
-                addrs[c.source],
-                -priority[b.index],
-                ref,
-                info,
-                s,
-                identity,
-            )
-            for c in b.cuts
-        ]
-        by_batch[b.index] = [f.key for f in fs]
-        held.extend(fs)
-    return (identity, by_batch), held
+    out: list[tuple[tuple[int, int], dict[int, list[tuple[str, int]]]] | None] = []
+    todo: list[tuple[int, int, int, Any, tuple[Any, ...]]] = []
+    for s, node in enumerate(program.nodes):
+        identity = identities[s]
+        if identity is None:
+            out.append(None)
+            continue
+        out.append((identity, {}))
+        for b in node.batches:
+            for c in b.cuts:
+                todo.append((program.priority[s][b.index], s, b.index, c, (ref, info, s, identity)))
+    todo.sort(key=lambda t: t[:3])
+    handed = hand_units(
+        cl.client,
+        [(t[3], addrs[t[3].source], -t[0], t[4]) for t in todo],
+        futures,
+        row_bytes,
+        dtypes,
+        names,
+        HAND_GROUP,
+    )
+    for (_, s, k, _, _), (f, j) in zip(todo, handed, strict=True):
+        entry = out[s]
+        assert entry is not None
+        entry[1].setdefault(k, []).append((f.key, j))
+    return out, list({f.key: f for f, _ in handed}.values())
 
 
 def _complete_fill_only(

@@ -195,15 +195,23 @@ def unit_ranges(
     return ranges, ptr
 
 
-def _split_batches(nbytes: Sequence[int], first: int, limit: int) -> list[tuple[int, int, int]]:
+def _split_batches(
+    nbytes: Sequence[int], first: int, limit: int, units: Sequence[int] | None = None
+) -> list[tuple[int, int, int]]:
     """Cut a stream of ranges into batches: ``(range index, start byte, end byte)`` triples.
 
     Batch ``k`` holds at most ``min(limit, first * 2**k)`` bytes (at least 1).
+    With ``units`` (the unit of each range), a batch also ends where the unit
+    changes: no batch holds two units.
     """
     out: list[tuple[int, int, int]] = []
     cap = max(1, min(first, limit))
     room = cap
     for i, n in enumerate(nbytes):
+        if units is not None and i and units[i] != units[i - 1] and room < cap:
+            out.append((-1, 0, 0))
+            cap = min(limit, cap * 2)
+            room = cap
         done = 0
         while done < n:
             take = min(n - done, room)
@@ -228,6 +236,7 @@ def build_program(
     stripes: Sequence[Sequence[tuple[int, int, int]]],
     batch_bytes: int = 32 << 20,
     first_batch_bytes: int = 2 << 20,
+    by_unit: bool = False,
 ) -> Program:
     """Per I/O node, its units in plan order cut into batches of cuts.
 
@@ -246,6 +255,12 @@ def build_program(
         Per I/O node, the ``(dataset, offset, nbytes)`` stripes it owns.
     batch_bytes, first_batch_bytes
         Largest batch, and the first one (batches double up to the largest).
+    by_unit
+        A batch never holds two units: each batch of a unit held by one source
+        is one cut, ranked by the unit's planned start, so the sources run the
+        plan's units in its order, side by side on different I/O nodes as the
+        plan has them (a batch over several units gives every source a cut of
+        it, and the sources advance together, one I/O node at a time).
 
     Examples
     --------
@@ -269,7 +284,12 @@ def build_program(
             - np.repeat(np.cumsum(counts[units]) - counts[units], counts[units])
         )
         stream = ranges.take(idx.astype(np.intp))
-        pieces = _split_batches(stream.nbytes.tolist(), first_batch_bytes, batch_bytes)
+        pieces = _split_batches(
+            stream.nbytes.tolist(),
+            first_batch_bytes,
+            batch_bytes,
+            stream.unit.tolist() if by_unit else None,
+        )
         batches: list[Batch] = []
         group: list[tuple[int, int, int]] = []
         for item in [*pieces, (-1, 0, 0)]:

@@ -29,13 +29,22 @@ import numpy as np
 
 from .backends import get_backend
 from .buffers import STRIPES
-from .cuts import _packed, _parts, _split_cut
+from .cuts import _packed, _parts, _split_cut, cut
 from .directio import contiguous_runs
 from .running import _check, _direct_writer
 from .staging import read_staged, stage_pieces
 from .storage import Backend, WholeStripeWriter, crc32
 
-__all__ = ["stage_cut", "store_stripes", "submit_cut", "write_cut"]
+__all__ = [
+    "hand_units",
+    "map_placed",
+    "stage_cut",
+    "store_stripes",
+    "submit_cut",
+    "submit_cuts",
+    "write_cut",
+    "write_cuts",
+]
 
 #: a test's hook, called in a direct write before it touches the output (it may sleep
 #: there, to let the stage be stopped under it)
@@ -353,3 +362,153 @@ def submit_cut(
         priority=priority,
         pure=False,
     )
+
+
+def write_cuts(calls: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """On a source: :func:`write_cut` for each of ``calls`` in turn, their results in order.
+
+    One task for a run of the source's units in the plan's order, possibly for
+    several I/O nodes: a task per unit costs its source a round trip each
+    (measured, ``make demo``'s 32 units on 2 sources: writing took 0.10 s
+    against 0.04 s in 8 tasks).
+
+    Examples
+    --------
+    >>> write_cuts([])
+    []
+    """
+    return [write_cut(*c) for c in calls]
+
+
+def _cut_call(
+    c: Any,
+    contributions: dict[tuple[int, int], Any],
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    names: Sequence[str],
+    tail: bool,
+    lead: Sequence[Any] = (),
+) -> tuple[Any, ...]:
+    """The arguments of :func:`cut` (or, with ``lead`` and ``tail``, :func:`write_cut`)
+    for cut ``c``."""
+    dcs, which = c.contributions()
+    return (
+        *lead,
+        [contributions[dc] for dc in dcs],
+        which,
+        c.ranges.offset,
+        c.ranges.nbytes,
+        [row_bytes[d] for d, _ in dcs],
+        [dtypes[d] for d, _ in dcs],
+        *((names, c.ranges.dataset) if tail else ()),
+        [names[d] for d, _ in dcs],
+    )
+
+
+def map_placed(
+    client: Any,
+    task: Callable[..., Any],
+    calls: Sequence[tuple[Any, ...]],
+    workers: Sequence[str],
+    priority: Sequence[int],
+) -> list[Any]:
+    """Submit ``task(*calls[i])`` on ``workers[i]`` at ``priority[i]``, all in one message.
+
+    The scheduler handles every message in turn, with two hops through a thread
+    pool, and on 2 busy cores that cost ~2 ms per task submitted alone
+    (:func:`submit_cut`) while the I/O nodes waited for their first bytes.
+    The worker and priority of each task go as annotations, read per key.
+
+    Examples
+    --------
+    >>> map_placed(client, write_cuts, [([],)], [sources[0]], [3])  # doctest: +SKIP
+    [<Future: pending, key: write-cuts-...>]
+    """
+    import uuid
+
+    import dask
+
+    if not calls:
+        return []
+    name = task.__name__.replace("_", "-")
+    keys = [f"{name}-{uuid.uuid4()}" for _ in calls]
+    where = {k: [w] for k, w in zip(keys, workers, strict=True)}
+    rank = {k: int(p) for k, p in zip(keys, priority, strict=True)}
+    # bound methods of dicts pickle by value: the scheduler needs nothing of ours
+    with dask.annotate(workers=where.__getitem__, priority=rank.__getitem__):
+        return list(client.map(task, *zip(*calls, strict=True), key=keys, pure=False))
+
+
+def submit_cuts(
+    client: Any,
+    cuts: Sequence[tuple[Any, str, int]],
+    contributions: dict[tuple[int, int], Any],
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    names: Sequence[str],
+) -> list[Any]:
+    """Submit many :func:`cut` tasks at once: ``cuts`` are ``(cut, source address, priority)``
+    (one message to the scheduler: see :func:`map_placed`).
+
+    Examples
+    --------
+    >>> submit_cuts(client, [(batch.cuts[0], sources[0], 3)], futures, [8], ["<f8"],
+    ...             ["u"])  # doctest: +SKIP
+    [<Future: pending, key: cut-...>]
+    """
+    calls = [_cut_call(c, contributions, row_bytes, dtypes, names, False) for c, _, _ in cuts]
+    return map_placed(client, cut, calls, [w for _, w, _ in cuts], [p for _, _, p in cuts])
+
+
+def hand_units(
+    client: Any,
+    cuts: Sequence[tuple[Any, str, int, tuple[Any, ...]]],
+    contributions: dict[tuple[int, int], Any],
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    names: Sequence[str],
+    group_bytes: int,
+) -> list[tuple[Any, int]]:
+    """Hand direct writes to their sources, in runs: ``cuts`` are ``(cut, source address,
+    priority, write_cut's leading arguments)``, in the plan's order.
+
+    Each source's cuts, in the order given, go in tasks of :func:`write_cuts`
+    of at most ``group_bytes`` (at least one cut each). Returns, per cut, its
+    task's future and its place in that task's results.
+
+    Examples
+    --------
+    >>> hand_units(client, [(cut0, sources[0], 3, ("hdf5", info, 0, identity))], futures,
+    ...            [8], ["<f8"], ["u"], 64 << 20)  # doctest: +SKIP
+    [(<Future: pending, key: write-cuts-...>, 0)]
+    """
+    groups: list[list[int]] = []
+    open_group: dict[str, tuple[int, int]] = {}  # source -> (group, its bytes)
+    for i, (c, w, _, _) in enumerate(cuts):
+        g = open_group.get(w)
+        if g is None or g[1] + c.nbytes > group_bytes:
+            groups.append([])
+            g = (len(groups) - 1, 0)
+        groups[g[0]].append(i)
+        open_group[w] = (g[0], g[1] + c.nbytes)
+    calls = [
+        (
+            [
+                _cut_call(cuts[i][0], contributions, row_bytes, dtypes, names, True, cuts[i][3])
+                for i in members
+            ],
+        )
+        for members in groups
+    ]
+    futs = map_placed(
+        client,
+        write_cuts,
+        calls,
+        [cuts[m[0]][1] for m in groups],
+        [cuts[m[0]][2] for m in groups],
+    )
+    out: list[tuple[Any, int]] = [(None, 0)] * len(cuts)
+    for f, members in zip(futs, groups, strict=True):
+        for j, i in enumerate(members):
+            out[i] = (f, j)
+    return out
