@@ -182,14 +182,14 @@ def stages(draw):
     ).reshape(len(specs), n_clients)
     batch = draw(st.integers(1, 200))
     first_batch = draw(st.integers(1, 200))
-    return staged, plan, n_io, source, batch, first_batch, draw(st.booleans())
+    return staged, plan, n_io, source, batch, first_batch, draw(st.none() | st.integers(0, 300))
 
 
 @settings(max_examples=300, deadline=None)
 @given(stages())
 def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
-    staged, plan, n_io, source, batch, first_batch, by_unit = case
-    prog = program_of(staged, plan, n_io, source, batch, first_batch, by_unit)
+    staged, plan, n_io, source, batch, first_batch, close = case
+    prog = program_of(staged, plan, n_io, source, batch, first_batch, close)
     # oracle: expand the plan into bytes, the slow way
     want: dict[int, list[tuple[int, int, int]]] = {s: [] for s in range(n_io)}
     transfer_bytes = {}
@@ -212,10 +212,16 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
         for k, b in enumerate(node.batches):
             assert b.index == k and b.ionode == s
             assert 0 < b.nbytes <= max(batch, 1)  # batches are bounded
-            if by_unit:  # one unit per batch, so one cut: its planned start is its rank's
-                assert np.unique(b.ranges.unit).size == 1
-                assert len(b.cuts) == 1
-                assert b.planned_start == plan.start[int(b.ranges.unit[0])]
+            if close is not None:
+                # a batch closes at the first unit boundary once it holds ``close`` bytes
+                # (0: at every one, so a batch is one unit, one cut, ranked by its start)
+                u = b.ranges.unit
+                inner = np.flatnonzero(u[1:] != u[:-1]) + 1
+                before = np.cumsum(b.ranges.nbytes)[inner - 1]
+                assert np.all(before < max(close, 1)), (close, before)
+                if close == 0:
+                    assert len(b.cuts) == 1
+                    assert b.planned_start == plan.start[int(u[0])]
             for i in range(len(b.ranges)):
                 d, c, o, n = (
                     int(b.ranges.dataset[i]),
@@ -252,8 +258,8 @@ def test_program_executes_each_ionode_in_plan_order_every_byte_once(case):
 @settings(max_examples=300, deadline=None)
 @given(stages(), st.integers(1, 400))
 def test_stripe_groups_store_each_stripe_once_when_the_plan_completes_it(case, limit):
-    staged, plan, n_io, source, batch, first_batch, by_unit = case
-    prog = program_of(staged, plan, n_io, source, batch, first_batch, by_unit)
+    staged, plan, n_io, source, batch, first_batch, close = case
+    prog = program_of(staged, plan, n_io, source, batch, first_batch, close)
     sb = [p.layout.stripe_bytes for p in staged.parts]
     for node in prog.nodes:
         groups = stripe_groups(node, sb, limit)

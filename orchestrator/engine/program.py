@@ -196,19 +196,23 @@ def unit_ranges(
 
 
 def _split_batches(
-    nbytes: Sequence[int], first: int, limit: int, units: Sequence[int] | None = None
+    nbytes: Sequence[int],
+    first: int,
+    limit: int,
+    units: Sequence[int] | None = None,
+    close_at: int = 0,
 ) -> list[tuple[int, int, int]]:
     """Cut a stream of ranges into batches: ``(range index, start byte, end byte)`` triples.
 
     Batch ``k`` holds at most ``min(limit, first * 2**k)`` bytes (at least 1).
     With ``units`` (the unit of each range), a batch also ends where the unit
-    changes: no batch holds two units.
+    changes once it holds ``close_at`` bytes (0: no batch holds two units).
     """
     out: list[tuple[int, int, int]] = []
     cap = max(1, min(first, limit))
     room = cap
     for i, n in enumerate(nbytes):
-        if units is not None and i and units[i] != units[i - 1] and room < cap:
+        if units is not None and i and units[i] != units[i - 1] and 0 < cap - room >= close_at:
             out.append((-1, 0, 0))
             cap = min(limit, cap * 2)
             room = cap
@@ -236,7 +240,7 @@ def build_program(
     stripes: Sequence[Sequence[tuple[int, int, int]]],
     batch_bytes: int = 32 << 20,
     first_batch_bytes: int = 2 << 20,
-    by_unit: bool = False,
+    unit_batches: int | None = None,
 ) -> Program:
     """Per I/O node, its units in plan order cut into batches of cuts.
 
@@ -255,12 +259,13 @@ def build_program(
         Per I/O node, the ``(dataset, offset, nbytes)`` stripes it owns.
     batch_bytes, first_batch_bytes
         Largest batch, and the first one (batches double up to the largest).
-    by_unit
-        A batch never holds two units: each batch of a unit held by one source
-        is one cut, ranked by the unit's planned start, so the sources run the
-        plan's units in its order, side by side on different I/O nodes as the
-        plan has them (a batch over several units gives every source a cut of
-        it, and the sources advance together, one I/O node at a time).
+    unit_batches
+        With a value, a batch also ends where a unit does once it holds that
+        many bytes (0: a batch never holds two units, so each batch is one
+        cut of one source, ranked by its unit's planned start). Sources
+        handed every batch at once then run the plan's units in its order,
+        side by side on the I/O nodes as the plan has them, at the grain of
+        these batches.
 
     Examples
     --------
@@ -288,7 +293,8 @@ def build_program(
             stream.nbytes.tolist(),
             first_batch_bytes,
             batch_bytes,
-            stream.unit.tolist() if by_unit else None,
+            stream.unit.tolist() if unit_batches is not None else None,
+            unit_batches or 0,
         )
         batches: list[Batch] = []
         group: list[tuple[int, int, int]] = []

@@ -65,6 +65,8 @@ def write_cut(
     names: Sequence[str],
     dataset: Sequence[int],
     labels: Sequence[str] = (),
+    *,
+    writers: dict[int, Any] | None = None,
 ) -> tuple[Any, ...]:
     """On a source on the I/O node's host: write the cut's ranges into the output itself.
 
@@ -76,6 +78,8 @@ def write_cut(
     file; if this process opens another file (another
     mount, another file system view), nothing is written and the bytes come
     back instead, as :func:`cut` would return them, for the I/O node to write.
+    ``writers`` keeps the writers opened, per I/O node, for the caller to
+    release (:func:`write_cuts`: one open file for a run of cuts).
 
     Returns ``("written", crc, start, end)`` (per range: CRC-32 of its bytes,
     wall-clock span of the write of its run — ranges that meet in the file
@@ -96,7 +100,7 @@ def write_cut(
         if cut_hook is not None:
             cut_hook("write_cut")
         _check(token)  # not a byte into a stage that was stopped meanwhile
-        return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset)
+        return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset, writers)
 
 
 def _write_parts(
@@ -108,9 +112,14 @@ def _write_parts(
     names: Sequence[str],
     dataset: Sequence[int],
     offset: np.ndarray,
+    writers: dict[int, Any] | None = None,
 ) -> tuple[Any, ...]:
     """The body of :func:`write_cut`, once the stage is known to be running."""
-    writer = get_backend(fmt).writer(info, ionode, False)
+    writer: Any = writers.get(ionode) if writers is not None else None
+    if writer is None:
+        writer = get_backend(fmt).writer(info, ionode, False)
+        if writers is not None:
+            writers[ionode] = writer
     try:
         if writer.file_identity() != tuple(identity):
             return ("data", parts)
@@ -119,7 +128,7 @@ def _write_parts(
             pieces = [
                 (names[dataset[i]], int(offset[i]), memoryview(p.data)) for i, p in enumerate(parts)
             ]
-            stored, rest = writer.store_whole(pieces)  # type: ignore[attr-defined]
+            stored, rest = writer.store_whole(pieces)
             left = [p if r else None for p, r in zip(parts, rest, strict=True)]
             return ("stored", stored, left, t0, time.time())
         start, end = np.zeros(len(parts)), np.zeros(len(parts))
@@ -139,7 +148,8 @@ def _write_parts(
         # its sources are done; here it would only repeat that, once per source
         return ("written", crc, start, end)
     finally:
-        writer.release()
+        if writers is None:
+            writer.release()
 
 
 def stage_cut(
@@ -377,7 +387,12 @@ def write_cuts(calls: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     >>> write_cuts([])
     []
     """
-    return [write_cut(*c) for c in calls]
+    writers: dict[int, Any] = {}
+    try:
+        return [write_cut(*c, writers=writers) for c in calls]
+    finally:
+        for w in writers.values():
+            w.release()
 
 
 def _cut_call(
