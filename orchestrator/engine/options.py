@@ -64,12 +64,12 @@ class WriteOptions:
         windows on the host.
     direct : bool or None
         Let workers on an I/O worker's host write their pieces into its file
-        themselves, batch by batch as that I/O worker orders them, instead of
-        sending the bytes (on one machine this removes the copy between
-        processes). False sends every byte to the I/O workers, as on separate
-        machines; None (the default) writes directly when the stage is large
-        enough to gain (two full batches per I/O node, a quarter of the window
-        each).
+        themselves, in the plan's order, instead of sending the bytes (on one
+        machine this removes the copy between processes). False sends every
+        byte to the I/O workers, as on separate machines; None (the default)
+        writes directly when every worker is on the stage's host, and
+        otherwise when the stage is large enough to gain (two full batches
+        per I/O node, a quarter of the window each).
     n_ionodes : int
         I/O workers of the embedded cluster started when no cluster is given.
     policy_options : mapping
