@@ -569,6 +569,38 @@ def test_a_direct_write_into_another_file_sends_its_bytes_instead(tmp_path):
         assert h["u"][:].tolist() == list(range(10, 16))
 
 
+def test_a_direct_write_of_a_stopped_stage_writes_nothing_and_is_no_error(tmp_path):
+    """A run of handed-out writes (write_cuts) that finds its stage stopped returns
+    "aborted" for each cut, writes none of them, and removes whatever of the output it may
+    have recreated (as every direct writer of a stopped stage does); raising made Dask log
+    a traceback under a user's Ctrl-C."""
+    from orchestrator.contributions import Contribution
+    from orchestrator.engine import sources
+    from orchestrator.engine.backends import get_backend
+    from orchestrator.engine.running import abort
+    from orchestrator.engine.sources import write_cuts
+
+    spec = DatasetSpec("u", (6,), "int64")
+    info = get_backend("hdf5").create(tmp_path / "o.h5", [spec], [StripeLayout(1, 48)])
+    info["token"] = f"stopped-{tmp_path.name}"
+    con = Contribution(0, np.arange(6), np.arange(10, 16, dtype=np.int64))
+    st_ = os.stat(tmp_path / "o.h5")
+    call = ("hdf5", info, 0, (st_.st_dev, st_.st_ino), [con], np.array([0]), np.array([0]))
+    call += (np.array([48]), [8], ["<i8"], ["u"], [0])
+    assert write_cuts([call])[0][0] == "written"
+    con2 = Contribution(0, np.arange(6), np.arange(20, 26, dtype=np.int64))
+    abort(info["token"])
+    writes = []
+    hook = sources.cut_hook
+    sources.cut_hook = writes.append  # reached only by a write that went ahead
+    try:
+        got = write_cuts([(*call[:4], [con2], *call[5:]), (*call[:4], [con2], *call[5:])])
+    finally:
+        sources.cut_hook = hook
+    assert got == [("aborted",), ("aborted",)] and writes == []
+    assert not (tmp_path / "o.h5").exists()
+
+
 def test_stripes_assembled_for_another_file_come_back_for_the_io_node(tmp_path):
     """store_stripes assembles a shard from its own ranges and those received from another
     source, the rows no range holds keeping the fill value. Seeing another file than its

@@ -55,6 +55,12 @@ def busy(token: str) -> int:
         return sum(1 for t, _ in _ACTIVE if t == token)
 
 
+def _stopped(token: str) -> bool:
+    """Whether the stage of ``token`` was stopped (:func:`abort`) in this process."""
+    with _LOCK:
+        return token in _ABORTED
+
+
 def _check(token: str, worker: Any = None) -> None:
     if token in _ABORTED:
         raise Aborted(f"stage {token} aborted")

@@ -31,7 +31,7 @@ from .backends import get_backend
 from .buffers import STRIPES
 from .cuts import _packed, _parts, _split_cut, cut
 from .directio import contiguous_runs
-from .running import _check, _direct_writer
+from .running import _check, _direct_writer, _stopped
 from .staging import read_staged, stage_pieces
 from .storage import Backend, WholeStripeWriter, crc32
 
@@ -83,7 +83,8 @@ def write_cut(
 
     Returns ``("written", crc, start, end)`` (per range: CRC-32 of its bytes,
     wall-clock span of the write of its run — ranges that meet in the file
-    are written together, in file order) or ``("data", parts)``.
+    are written together, in file order), ``("data", parts)``, or
+    ``("aborted",)`` when the stage was stopped before it wrote.
 
     Examples
     --------
@@ -95,11 +96,16 @@ def write_cut(
     """
     token = info["token"]
     with _direct_writer(info):
-        _check(token)
+        # a stage stopped meanwhile: nothing is written, and it is no error of this task
+        # (raising made Dask log "Compute Failed" with a traceback under a user's Ctrl-C,
+        # for every write the stage had handed out ahead); its I/O node stops on its own
+        if _stopped(token):
+            return ("aborted",)
         parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
         if cut_hook is not None:
             cut_hook("write_cut")
-        _check(token)  # not a byte into a stage that was stopped meanwhile
+        if _stopped(token):  # not a byte into a stage that was stopped meanwhile
+            return ("aborted",)
         return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset, writers)
 
 

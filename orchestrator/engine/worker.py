@@ -351,6 +351,9 @@ def run_ionode(
         def write(b: Batch) -> None:
             bufs = arrived.pop(b.index)
             wrote = write_direct(b)
+            if any(res[0] == "aborted" for res in wrote.values()):  # a source saw the stop
+                _check(token, me)
+                raise StageError(f"I/O node {s}: a source found the stage stopped")
             for i, res in wrote.items():
                 if res[0] == "data":  # the source sees another file: write its bytes here
                     bufs[i] = res[1]
