@@ -106,7 +106,12 @@ def write_cut(
             cut_hook("write_cut")
         if _stopped(token):  # not a byte into a stage that was stopped meanwhile
             return ("aborted",)
-        return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset, writers)
+        try:
+            return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset, writers)
+        except Exception:
+            if _stopped(token):  # stopped under the write (its output removed): no error
+                return ("aborted",)
+            raise
 
 
 def _write_parts(
@@ -361,18 +366,10 @@ def submit_cut(
     ...            sources[0], 3)  # doctest: +SKIP
     <Future: pending, key: cut-...>
     """
-    dcs, which = c.contributions()
+    tail = task in (write_cut, stage_cut)
     return client.submit(
         task,
-        *extra,
-        [contributions[dc] for dc in dcs],
-        which,
-        c.ranges.offset,
-        c.ranges.nbytes,
-        [row_bytes[d] for d, _ in dcs],
-        [dtypes[d] for d, _ in dcs],
-        *((names, c.ranges.dataset) if task in (write_cut, stage_cut) else ()),
-        labels=[names[d] for d, _ in dcs],
+        *_cut_call(c, contributions, row_bytes, dtypes, names, tail, extra),
         workers=[worker],
         allow_other_workers=False,
         priority=priority,

@@ -31,7 +31,7 @@ from ..files import remove_path
 from .backends import get_backend
 from .cuts import cut
 from .program import Batch, Cut, NodeProgram, StripeGroup, stripe_groups
-from .running import _ABORTED, _ACTIVE, _LOCK, _check
+from .running import _ABORTED, _ACTIVE, _LOCK, _check, _stopped
 from .sources import stage_cut, store_stripes, submit_cut, write_cut
 from .staging import open_staging, remove_staging
 from .storage import Backend, WholeStripeWriter
@@ -90,6 +90,66 @@ class _Trim:
 
 
 def run_ionode(
+    fmt: str | type[Backend],
+    info: dict[str, Any],
+    node: NodeProgram,
+    names: Sequence[str],
+    keys: dict[tuple[int, int], str],
+    sources: Sequence[str],
+    priority: Sequence[int],
+    row_bytes: Sequence[int],
+    dtypes: Sequence[str],
+    aggregate: bool,
+    window: int,
+    fills: Sequence[tuple[int, int, int, int]],
+    direct: bool = True,
+    first: Sequence[Any] | None = None,
+    ahead: tuple[tuple[int, int], dict[int, list[tuple[str, int]]]] | None = None,
+    sent: dict[int, list[str]] | None = None,
+) -> dict[str, Any]:
+    """On I/O worker ``node.ionode``: fetch and write its batches in order; flush; checksum.
+
+    The writer loop (:func:`_run_ionode`, whose docstring says the rest). A
+    loop whose stage was stopped (:func:`~orchestrator.engine.running.abort`)
+    returns ``{"ionode": s, "aborted": True}`` whatever stopped it — the
+    output removed under it, the stop seen between two writes — rather than
+    raise: nobody waits for it any more, and Dask would log the error with
+    its traceback into the user's terminal under a Ctrl-C.
+
+    Examples
+    --------
+    Submitted by :func:`~orchestrator.engine.dispatch.dispatch`, one per I/O worker:
+
+    >>> client.submit(run_ionode, "hdf5", info, program.nodes[0], ["u"], keys, sources,
+    ...               program.priority[0], [8], ["<f8"], False, 128 << 20, [],
+    ...               resources={"io-0": 1})  # doctest: +SKIP
+    """
+    try:
+        return _run_ionode(
+            fmt,
+            info,
+            node,
+            names,
+            keys,
+            sources,
+            priority,
+            row_bytes,
+            dtypes,
+            aggregate,
+            window,
+            fills,
+            direct,
+            first,
+            ahead,
+            sent,
+        )
+    except Exception:
+        if _stopped(info["token"]):
+            return {"ionode": node.ionode, "aborted": True}
+        raise
+
+
+def _run_ionode(
     fmt: str | type[Backend],
     info: dict[str, Any],
     node: NodeProgram,

@@ -137,3 +137,28 @@ def test_an_io_node_failing_to_open_its_writer_is_not_waited_for(tmp_path):
         assert list(tmp_path.iterdir()) == []
     finally:
         unregister_backend("hdf5-unopenable")
+
+
+def test_a_writer_loop_of_a_stopped_stage_ends_quietly_and_only_then(tmp_path):
+    """A writer loop starting after its stage was stopped and its output removed returns
+    "aborted" instead of raising (Dask logged the FileNotFoundError with its traceback into
+    the terminal of an ``iorch run`` stopped by SIGINT); the same loop of a stage still
+    running fails with the error."""
+    from orchestrator.engine.program import NodeProgram
+    from orchestrator.engine.running import abort
+    from orchestrator.engine.worker import run_ionode
+
+    def info(token):
+        gone = str(tmp_path / f"{token}.h5")
+        return {"token": token, "path": gone, "offsets": {"u": 0}, "stripe_bytes": {"u": 64}}
+
+    node = NodeProgram(0, (), ((0, 0, 64),))
+    args = (["u"], {}, [], [], [8], ["<f8"], False, 1 << 20, [])
+    with local_cluster(n_ionodes=1, n_compute=0) as cl:
+        cl.client.run(abort, "stopped")
+        got = cl.client.submit(run_ionode, "hdf5", info("stopped"), node, *args, pure=False)
+        assert got.result() == {"ionode": 0, "aborted": True}
+        live = cl.client.submit(run_ionode, "hdf5", info("running"), node, *args, pure=False)
+        with pytest.raises(FileNotFoundError):
+            live.result()
+        assert set(cl.client.run(_writer_loops_counted).values()) == {0}
