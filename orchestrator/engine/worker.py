@@ -15,14 +15,15 @@ batch, and records their checksums.
 from __future__ import annotations
 
 import collections
+import functools
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 import numpy as np
 
@@ -89,67 +90,32 @@ class _Trim:
             self.fn(0)
 
 
+P = ParamSpec("P")
+
+
+def _quiet_when_stopped(fn: Callable[P, dict[str, Any]]) -> Callable[P, dict[str, Any]]:
+    """A writer loop whose stage was stopped (:func:`~orchestrator.engine.running.abort`)
+    returns ``{"ionode": s, "aborted": True}`` whatever stopped it — the output removed
+    under it, the stop seen between two writes — rather than raise: nobody waits for it
+    any more, and Dask would log the error with its traceback into the user's terminal
+    (seen under a Ctrl-C of ``iorch run``). A live stage's errors still raise."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            info: Any = kwargs["info"] if "info" in kwargs else args[1]
+            node: Any = kwargs["node"] if "node" in kwargs else args[2]
+            if _stopped(info["token"]):
+                return {"ionode": node.ionode, "aborted": True}
+            raise
+
+    return run
+
+
+@_quiet_when_stopped
 def run_ionode(
-    fmt: str | type[Backend],
-    info: dict[str, Any],
-    node: NodeProgram,
-    names: Sequence[str],
-    keys: dict[tuple[int, int], str],
-    sources: Sequence[str],
-    priority: Sequence[int],
-    row_bytes: Sequence[int],
-    dtypes: Sequence[str],
-    aggregate: bool,
-    window: int,
-    fills: Sequence[tuple[int, int, int, int]],
-    direct: bool = True,
-    first: Sequence[Any] | None = None,
-    ahead: tuple[tuple[int, int], dict[int, list[tuple[str, int]]]] | None = None,
-    sent: dict[int, list[str]] | None = None,
-) -> dict[str, Any]:
-    """On I/O worker ``node.ionode``: fetch and write its batches in order; flush; checksum.
-
-    The writer loop (:func:`_run_ionode`, whose docstring says the rest). A
-    loop whose stage was stopped (:func:`~orchestrator.engine.running.abort`)
-    returns ``{"ionode": s, "aborted": True}`` whatever stopped it — the
-    output removed under it, the stop seen between two writes — rather than
-    raise: nobody waits for it any more, and Dask would log the error with
-    its traceback into the user's terminal under a Ctrl-C.
-
-    Examples
-    --------
-    Submitted by :func:`~orchestrator.engine.dispatch.dispatch`, one per I/O worker:
-
-    >>> client.submit(run_ionode, "hdf5", info, program.nodes[0], ["u"], keys, sources,
-    ...               program.priority[0], [8], ["<f8"], False, 128 << 20, [],
-    ...               resources={"io-0": 1})  # doctest: +SKIP
-    """
-    try:
-        return _run_ionode(
-            fmt,
-            info,
-            node,
-            names,
-            keys,
-            sources,
-            priority,
-            row_bytes,
-            dtypes,
-            aggregate,
-            window,
-            fills,
-            direct,
-            first,
-            ahead,
-            sent,
-        )
-    except Exception:
-        if _stopped(info["token"]):
-            return {"ionode": node.ionode, "aborted": True}
-        raise
-
-
-def _run_ionode(
     fmt: str | type[Backend],
     info: dict[str, Any],
     node: NodeProgram,
@@ -190,7 +156,8 @@ def _run_ionode(
     Returns the trace (per range: unit, start, end, bytes), the flush's
     span, the most bytes held at once (batches, and pieces waiting for the
     rest of their stripes), when the task started (to see how far apart the
-    I/O nodes began), and the stripe checksums.
+    I/O nodes began), and the stripe checksums; ``{"ionode": s, "aborted":
+    True}`` when the stage was stopped under it (:func:`_quiet_when_stopped`).
 
     Examples
     --------
