@@ -383,7 +383,9 @@ def dispatch(
         _wait_watching(cl, writers, alive)
         results = cl.client.gather(writers)
         if any(r.get("aborted") for r in results):  # stopped from elsewhere meanwhile
-            raise StageError("the stage was stopped while its I/O nodes wrote")
+            raise StageError(
+                "the stage was stopped, or its temporary output removed, while its I/O nodes wrote"
+            )
     finally:
         for f in writers + firsts:
             f.release()

@@ -21,6 +21,7 @@ handed to it through the host's shared memory (:func:`stage_cut`,
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from .backends import get_backend
 from .buffers import STRIPES
 from .cuts import _packed, _parts, _split_cut, cut
 from .directio import contiguous_runs
-from .running import _check, _direct_writer, _stopped
+from .running import _direct_writer, _stopped
 from .staging import read_staged, stage_pieces
 from .storage import Backend, WholeStripeWriter, crc32
 
@@ -109,7 +110,9 @@ def write_cut(
         try:
             return _write_parts(fmt, info, ionode, identity, parts, names, dataset, offset, writers)
         except Exception:
-            if _stopped(token):  # stopped under the write (its output removed): no error
+            # stopped under the write, or its output removed (by the stage's cleanup, before
+            # the stop reached this process): nothing more to write, and no error of ours
+            if _stopped(token) or not os.path.exists(info["path"]):
                 return ("aborted",)
             raise
 
@@ -197,11 +200,14 @@ def stage_cut(
     ...               [0], workers=[source])  # doctest: +SKIP
     """
     with _direct_writer(info, staging):
-        _check(info["token"])
+        # a stopped stage: nothing staged, and no error (see write_cut)
+        if _stopped(info["token"]):
+            return ("aborted",)
         parts = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
         if cut_hook is not None:
             cut_hook("stage_cut")
-        _check(info["token"])
+        if _stopped(info["token"]):
+            return ("aborted",)
         pieces = [
             (int(d), int(o) // stripe_bytes[d] * stripe_bytes[d], int(o), memoryview(p.data))
             for d, o, p in zip(dataset, offset, parts, strict=True)
@@ -244,7 +250,8 @@ def store_stripes(
 
     Returns ``("stored", checksums, start, end)`` (per stripe: the span of its
     store) or, when this process sees another file than the I/O node
-    (``identity``), ``("data", rows)`` for the I/O node to store.
+    (``identity``), ``("data", rows)`` for the I/O node to store;
+    ``("aborted",)`` when the stage was stopped before it stored.
 
     Examples
     --------
@@ -256,7 +263,9 @@ def store_stripes(
     """
     token = info["token"]
     with _direct_writer(info):
-        _check(token)
+        # a stopped stage: nothing stored, and no error (see write_cut)
+        if _stopped(token) or any(r[0] == ("aborted",) for r in received):
+            return ("aborted",)
         own = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
         pieces: list[tuple[int, int, Any]] = [
             (int(d), int(o), p) for d, o, p in zip(dataset, offset, own, strict=True)
@@ -274,8 +283,14 @@ def store_stripes(
             pieces += [(int(d), int(o), p) for d, o, p in zip(ds, offs, parts, strict=True)]
         if cut_hook is not None:
             cut_hook("store_stripes")
-        _check(token)  # not a byte into a stage that was stopped meanwhile
-        return _store_assembled(fmt, info, ionode, identity, stripes, names, pieces)
+        if _stopped(token):  # not a byte into a stage that was stopped meanwhile
+            return ("aborted",)
+        try:
+            return _store_assembled(fmt, info, ionode, identity, stripes, names, pieces)
+        except Exception:
+            if _stopped(token) or not os.path.exists(info["path"]):  # as in write_cut
+                return ("aborted",)
+            raise
 
 
 def _store_assembled(

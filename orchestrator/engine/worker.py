@@ -107,7 +107,8 @@ def _quiet_when_stopped(fn: Callable[P, dict[str, Any]]) -> Callable[P, dict[str
         except Exception:
             info: Any = kwargs["info"] if "info" in kwargs else args[1]
             node: Any = kwargs["node"] if "node" in kwargs else args[2]
-            if _stopped(info["token"]):
+            # or its output removed by the stage's cleanup before the stop reached us
+            if _stopped(info["token"]) or not Path(info["path"]).exists():
                 return {"ionode": node.ionode, "aborted": True}
             raise
 
@@ -495,6 +496,9 @@ def run_ionode(
                     break
                 except FuturesTimeout:
                     _check(token, me)
+            if any(res[0] == "aborted" for res in results):  # a source saw the stop
+                _check(token, me)
+                raise StageError(f"I/O node {s}: a source found the stage stopped")
             ws = writer
             assert isinstance(ws, WholeStripeWriter)  # groups are made only for such writers
             span: dict[int, tuple[float, float, int]] = {}

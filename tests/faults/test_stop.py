@@ -142,8 +142,9 @@ def test_an_io_node_failing_to_open_its_writer_is_not_waited_for(tmp_path):
 def test_a_writer_loop_of_a_stopped_stage_ends_quietly_and_only_then(tmp_path):
     """A writer loop starting after its stage was stopped and its output removed returns
     "aborted" instead of raising (Dask logged the FileNotFoundError with its traceback into
-    the terminal of an ``iorch run`` stopped by SIGINT); the same loop of a stage still
-    running fails with the error."""
+    the terminal of an ``iorch run`` stopped by SIGINT), and so does one whose output is gone
+    (the stage's cleanup ran before the stop reached its worker); a loop of a running stage
+    whose output is there but cannot be opened fails with the error."""
     from orchestrator.engine.program import NodeProgram
     from orchestrator.engine.running import abort
     from orchestrator.engine.worker import run_ionode
@@ -158,7 +159,10 @@ def test_a_writer_loop_of_a_stopped_stage_ends_quietly_and_only_then(tmp_path):
         cl.client.run(abort, "stopped")
         got = cl.client.submit(run_ionode, "hdf5", info("stopped"), node, *args, pure=False)
         assert got.result() == {"ionode": 0, "aborted": True}
-        live = cl.client.submit(run_ionode, "hdf5", info("running"), node, *args, pure=False)
-        with pytest.raises(FileNotFoundError):
+        gone = cl.client.submit(run_ionode, "hdf5", info("running"), node, *args, pure=False)
+        assert gone.result() == {"ionode": 0, "aborted": True}
+        (tmp_path / "folder.h5").mkdir()  # there, but no file to write into
+        live = cl.client.submit(run_ionode, "hdf5", info("folder"), node, *args, pure=False)
+        with pytest.raises(IsADirectoryError):
             live.result()
         assert set(cl.client.run(_writer_loops_counted).values()) == {0}
