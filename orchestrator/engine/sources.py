@@ -264,7 +264,9 @@ def store_stripes(
     token = info["token"]
     with _direct_writer(info):
         # a stopped stage: nothing stored, and no error (see write_cut)
-        if _stopped(token) or any(r[0] == ("aborted",) for r in received):
+        if _stopped(token) or any(
+            isinstance(r[0], tuple) and r[0][:1] == ("aborted",) for r in received
+        ):
             return ("aborted",)
         own = _parts(contributions, which, offset, nbytes, row_bytes, dtypes, labels)
         pieces: list[tuple[int, int, Any]] = [
