@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ __all__ = [
     "DatasetSpec",
     "Holdings",
     "cast_exactly",
+    "check_attr",
+    "check_attrs",
     "gather",
 ]
 
@@ -394,3 +396,99 @@ def _check_replicas_agree(
                     f"dataset {spec.name!r}: row {r} is given by clients {c0} and {c} with "
                     "different values, but rows were declared unique"
                 )
+
+
+def _attr_leaves(value: Any) -> list[Any] | None:
+    """The scalars of an attribute value (nested lists walked); None if it holds another kind."""
+    if isinstance(value, list | tuple):
+        out: list[Any] = []
+        for v in value:
+            leaves = _attr_leaves(v)
+            if leaves is None:
+                return None
+            out += leaves
+        return out
+    return [value] if isinstance(value, bool | int | float | str) else None
+
+
+def check_attrs(attrs: Any) -> None:
+    """Refuse attributes that some format would refuse at commit, or store as other values.
+
+    ``attrs`` maps ``""`` (the file or group) or a dataset name to ``{name: value}``.
+    A name is a non-empty string without NUL. A value is a bool, an integer that
+    fits 64 bits, a float, a string without NUL, or a rectangular (nested) list
+    of one of these kinds (numbers may mix ints and floats); NumPy values come
+    as these (``.tolist()``). None, mappings and mixed lists are refused: HDF5
+    cannot hold them, or would read them back as other values than Zarr.
+
+    Raises
+    ------
+    ContributionError
+        Naming the attribute and the value.
+
+    Examples
+    --------
+    >>> check_attrs({"": {"step": 3, "units": "m/s"}, "u": {"range": [0.0, 1.5]}})
+    >>> check_attrs({"u": {"mixed": [1, "a"]}})
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.ContributionError: attrs['u']['mixed'] = [1, 'a']: ...
+    """
+    if not isinstance(attrs, Mapping):
+        raise ContributionError(
+            f"attrs must be a mapping of '' or a dataset name to attributes, got {attrs!r}"
+        )
+    for where, group in attrs.items():
+        if not isinstance(where, str):
+            raise ContributionError(f"attrs: key {where!r} is not '' or a dataset name")
+        if not isinstance(group, Mapping):
+            raise ContributionError(
+                f"attrs[{where!r}] must be a mapping of names to values, got {group!r}"
+            )
+        for name, value in group.items():
+            if not isinstance(name, str) or not name or "\0" in name:
+                raise ContributionError(
+                    f"attrs[{where!r}]: name {name!r} must be a non-empty string without NUL"
+                )
+            check_attr(f"attrs[{where!r}][{name!r}]", value)
+
+
+def check_attr(what: str, value: Any) -> None:
+    """Refuse one attribute value as :func:`check_attrs` does; ``what`` names it.
+
+    Examples
+    --------
+    >>> check_attr("units", "m/s")
+    >>> check_attr("step", None)
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.ContributionError: step = None: a value must be a bool, ...
+    """
+    leaves = _attr_leaves(value)
+    shown = repr(value) if len(repr(value)) < 80 else repr(value)[:76] + " ..."
+    if leaves is None:
+        raise ContributionError(
+            f"{what} = {shown}: a value must be a bool, an integer, a float, a string or a "
+            "list of one of them"
+        )
+    kinds = {
+        "bool" if isinstance(v, bool) else "str" if isinstance(v, str) else "number" for v in leaves
+    }
+    if len(kinds) > 1:
+        raise ContributionError(
+            f"{what} = {shown}: a list must hold values of one kind, got {sorted(kinds)}"
+        )
+    for v in leaves:
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
+            raise ContributionError(f"{what} = {shown}: {v} does not fit 64 bits")
+        if isinstance(v, str) and "\0" in v:
+            raise ContributionError(f"{what} = {shown}: a string may not hold NUL")
+    if isinstance(value, list | tuple) and leaves:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # NumPy's warning for ragged lists
+            try:
+                ragged = np.asarray(value).dtype == object
+            except ValueError:
+                ragged = True
+        if ragged:
+            raise ContributionError(f"{what} = {shown}: nested lists must be rectangular")

@@ -51,9 +51,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         # created here, exclusively, under a name no one can guess: a symlink planted at a
         # predictable name would make the writer follow it out of the folder
         with signals_deferred():  # Ctrl-C between creating and naming it would leave it
-            fd, name = tempfile.mkstemp(
-                dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix
-            )
+            try:
+                fd, name = tempfile.mkstemp(
+                    dir=path.parent, prefix=f".{path.stem}.tmp-", suffix=path.suffix
+                )
+            except OSError as err:  # name the user's folder, not our temporary name in it
+                raise type(err)(err.errno, err.strerror, str(path.parent)) from None
             if created_hook is not None:
                 created_hook(Path(name))
             os.close(fd)

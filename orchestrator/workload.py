@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import is_int
 from .errors import InputError
+from .limits import check_memory
 from .transfers import TransferSet
 
 __all__ = ["bidding_workload", "uniform_workload"]
@@ -44,11 +46,17 @@ def bidding_workload(
     >>> bool(len(ts) > 400)  # two busy nodes with 400-500 requests each
     True
     """
-    if n_ionodes < 1 or n_clients < 1:
-        raise InputError(f"need n_ionodes >= 1 and n_clients >= 1, got {n_ionodes}, {n_clients}")
+    for name, v in (("n_ionodes", n_ionodes), ("n_clients", n_clients)):
+        if not is_int(v, 1, 2**31 - 1):
+            raise InputError(f"{name} must be an integer in [1, 2**31), got {v!r}")
+    if not is_int(seed, 0, 2**64):
+        raise InputError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     for name, v in (("busy_ratio", busy_ratio), ("large_ratio", large_ratio)):
-        if not 0.0 <= v <= 1.0:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
             raise InputError(f"{name} must be within [0, 1], got {v!r}")
+    # up to busy_factor x normal_requests transfers per I/O node, 3 int64 columns and copies
+    expect = n_ionodes * max(busy_factor[1], 1.0) * (normal_requests + 1) * 64
+    check_memory(expect, f"n_ionodes={n_ionodes}: the transfers of a bidding workload")
     rng = np.random.default_rng(seed)
     n_busy = round(busy_ratio * n_ionodes)
     busy = np.zeros(n_ionodes, dtype=bool)

@@ -202,6 +202,83 @@ def test_write_stage_contributions_that_do_not_fit(cluster, tmp_path_factory, wh
     assert [p.name for p in target.parent.iterdir()] == []
 
 
+_N = 8
+# every field of WriteOptions, with values wrong for it (and what the message must name)
+BAD_OPTIONS: dict[str, list[Any]] = {
+    "format": ["parquet", 3, None],
+    "policy": ["no-such", 3, None],
+    "strategy": ["nope", None],
+    "stripe_bytes": NOT_SIZES,
+    "assignment": [
+        "nope",
+        3,
+        {"u": np.full(_N, 5)},  # a writer that holds no row
+        {"u": np.zeros(_N - 1, int)},
+        {"u": np.full(_N, -1)},
+        {"u": np.zeros(_N)},
+        {"u": np.zeros(_N, int), "zz": np.zeros(_N, int)},  # no such dataset
+        {},  # no entry for 'u'
+    ],
+    "unique": ["yes", None, 2],
+    "allow_missing": ["yes", 2],
+    "overwrite": ["yes", 2],
+    "cost": ["nope", 3, {"a": 1}],
+    "seed": [-1, 1.5, "x", 2**70],
+    "attrs": [
+        "x",
+        {"zz": {"a": 1}},
+        {"u": 5},
+        {"": {"k": object()}},
+        {"": {"": 1}},
+        {"": {"a\0b": 1}},
+        {"": {"k": "a\0b"}},
+        {"": {"k": 2**70}},
+        {"": {"k": [1, "a"]}},
+        {"": {"k": [[1, 2], [3]]}},
+        {"": {"k": {"n": 1}}},
+        {"": {"k": None}},
+        {"": {3: 1}},
+    ],
+    "window": [0, -1, 1.5, "x", None],
+    "direct": ["yes", 1],
+    "n_ionodes": [0, 1.5, "2"],
+}
+
+
+@SETTINGS
+@given(data=st.data())
+def test_write_options(cluster, tmp_path_factory, data):
+    """Every option of a stage, each given a value wrong for it: refused before writing."""
+    field = data.draw(st.sampled_from(sorted(BAD_OPTIONS)))
+    bad = data.draw(st.sampled_from(BAD_OPTIONS[field]))
+    spec = DatasetSpec("u", (_N, 2), "float64")
+    parts = [Contribution(c, np.arange(c * 4, c * 4 + 4), np.ones((4, 2))) for c in range(2)]
+    target = tmp_path_factory.mktemp("stage") / "ck.h5"
+    classify(
+        "write_stage",
+        lambda: orc.write_stage(target, {"u": (spec, parts)}, cluster=cluster, **{field: bad}),
+        field,
+        "writer array",
+    )
+    assert [p.name for p in target.parent.iterdir()] == []
+
+
+def test_a_window_too_small_for_the_stage(cluster, tmp_path):
+    """A window of one byte cut a 1 MiB stage into a million one-byte round trips: never
+    ended. Refused, with the window that would do."""
+    n = 1 << 12
+    spec = DatasetSpec("u", (n, 32), "float64")
+    parts = [Contribution(c, np.arange(c, n, 2), np.ones((n // 2, 32))) for c in range(2)]
+    classify(
+        "write_stage",
+        lambda: orc.write_stage(
+            tmp_path / "ck.h5", {"u": (spec, parts)}, cluster=cluster, window=1, direct=False
+        ),
+        "window=1",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from orchestrator.engine.cluster import local_cluster
@@ -378,6 +455,45 @@ COMMANDS = [
     (["run", "bips3d", "--mesh", "{junk}", "--out", "{dir}"], "junk"),
     (["run", "bips3d", "--stripe", "lots", "--out", "{dir}"], "lots"),
     (["run", "bips3d", "--policy", "no-such", "--out", "{dir}"], "no-such"),
+    (["schedule", "--transfers", "{good_csv}", "--gantt", "{missing}/x.png"], "missing"),
+    (
+        [
+            "bench",
+            "schedulers",
+            "--large",
+            "99999999999999",
+            "--quick",
+            "--no-sweeps",
+            "--out",
+            "{dir}",
+        ],
+        "--large",
+    ),
+    (["bench", "schedulers", "--cost", "no-such", "--quick", "--out", "{dir}"], "no-such"),
+    (["bench", "optimal", "--cost", "no-such", "--quick", "--out", "{dir}"], "no-such"),
+    (["bench", "idg", "--mesh", "{junk}", "--quick", "--out", "{dir}"], "junk"),
+    (["bench", "idg", "--kernel-nodes", "99999999999999", "--quick", "--out", "{dir}"], "n_nodes"),
+    (["bench", "stage", "--tasks", "0", "--out", "{dir}"], "--tasks"),
+    (["bench", "stage", "--tasks", "16,x", "--out", "{dir}"], "'x'"),
+    (["bench", "stage", "--sizes", "1e15", "--out", "{dir}"], "1e15"),
+    (["bench", "stage", "--formats", "parquet", "--out", "{dir}"], "parquet"),
+    (["bench", "stage", "--policy", "no-such", "--out", "{dir}"], "no-such"),
+    (["workload", "bidding", "--out", "{dir}.csv", "--seed", "-1"], "seed"),
+    (["workload", "bidding", "--out", "{dir}.csv", "--busy", "1.5"], "busy_ratio"),
+    (["workload", "bidding", "--out", "{dir}.csv", "--ionodes", "99999999999"], "n_ionodes"),
+    (["cost", "no-such"], "no-such"),
+    (["slurm", "status", "1;rm"], "1;rm"),
+    (["slurm", "script", "no-such"], "no-such"),
+    (["write-bench", "--format", "parquet", "--out", "{dir}"], "parquet"),
+    (["write-bench", "--window", "lots", "--out", "{dir}"], "lots"),
+    # a window of a few bytes made one round trip per byte: a 1 MiB stage never ended
+    (
+        [
+            *("write-bench", "--window", "1", "--size", "1MiB", "--repeat", "1"),
+            *("--policy", "ecf", "--no-anchors", "--out", "{dir}"),
+        ],
+        "window=1",
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from ..bench.schedulers import BIDDING, SweepResult, Timing
 from ..engine.cluster import local_cluster
 from ..errors import InputError
 from ..files import atomic_path
+from ..limits import check_disk, check_memory
 from ..plots import close, sweep_plot
 from ..policies import PolicyError, policies
 from ._common import (
@@ -87,6 +88,8 @@ def bench_schedulers(
     if timings:
         budget = oracle_budget if oracle_budget is not None else (2.0 if quick else 120.0)
         n_large = large if large is not None else (100_000 if quick else 1_000_000)
+        # a transfer costs about 200 bytes over the set, the plans and the oracles' copies
+        check_memory(200 * n_large, f"--large {n_large}: the large timing set and its plans")
         with progress() as prog:
             task = prog.add_task("kernel timings", total=len(names))
             tm, sizes = bench.kernel_timings(
@@ -356,6 +359,17 @@ def bench_idg(
         )
 
 
+def _count(text: str, what: str, low: int, high: int) -> int:
+    """A whole number within ``low..high`` from an item of a comma list; ``what`` names it."""
+    try:
+        n = int(text.strip())
+    except ValueError:
+        raise InputError(f"{what}: {text.strip()!r} is not a whole number") from None
+    if not low <= n <= high:
+        raise InputError(f"{what}: {n} is not within {low}..{high}")
+    return n
+
+
 def bench_stage(
     sizes: Annotated[
         str, typer.Option(help="Comma list of checkpoint sizes.")
@@ -380,13 +394,18 @@ def bench_stage(
     if quick:
         sizes, tasks = "256MiB", "16"
     size_list = [parse_size(x, "--sizes") for x in sizes.split(",")]
-    task_list = [int(x) for x in tasks.split(",")]
+    task_list = [_count(x, "--tasks", 1, 4096) for x in tasks.split(",")]
     fmt_list = [x.strip() for x in formats.split(",")]
     for f in fmt_list:
         if f not in ("hdf5", "zarr"):
             raise InputError(f"--formats: {f!r} is not hdf5 or zarr")
     if policy not in policies():
         raise PolicyError(f"--policy: unknown policy {policy!r}; see `iorch policies`")
+    # each size is written twice (baseline, orchestrated) and held by the compute workers
+    out.mkdir(parents=True, exist_ok=True)
+    for text, n in zip(sizes.split(","), size_list, strict=True):
+        check_disk(out, 2 * n, f"--sizes {text.strip()}: the two checkpoints", InputError)
+        check_memory(2 * n, f"--sizes {text.strip()}: the tasks' blocks and their copies")
     # bench.stage loads distributed: when the command runs, not at iorch --help
     from ..bench.stage import run as run_bench
 

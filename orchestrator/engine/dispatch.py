@@ -68,6 +68,11 @@ HAND_GROUP = 64 << 20
 #: stage's process submits with the writer tasks. They stay on their sources until the
 #: stage ends (the stage holds them), so this also bounds that extra memory
 SEND_AHEAD = 16 << 20
+#: batches smaller than this may number at most :data:`MAX_SMALL_BATCHES` per I/O node:
+#: each batch costs a round trip (15-35 ms measured), so a window of a few bytes made a
+#: 16 KiB stage take 285 s and a 1 MiB one never end; a larger batch is mostly its write
+SMALL_BATCH = 1 << 20
+MAX_SMALL_BATCHES = 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -291,6 +296,7 @@ def dispatch(
     loopback = loopback and one_host
     if one_host and batch_bytes is None:
         batch = max(batch, min(DIRECT_BATCH, per_node // DIRECT_BATCHES_PER_NODE))
+    _check_batches(window, batch, per_node)
     # the file each I/O node's sources write into, as seen here: None for a writer that
     # takes no pieces from other processes (a whole-stripe writer stores stripes instead)
     identities = _identities(fmt, info, cl.n_ionodes) if loopback else [None] * cl.n_ionodes
@@ -397,6 +403,18 @@ def dispatch(
         sums.update(r["checksums"])
     _complete_fill_only(staged, program, fills, sums)
     return Trace.from_results(results, plan.n_units), sums
+
+
+def _check_batches(window: int, batch: int, per_node: int) -> None:
+    """Refuse a window so small for the stage that its batches' round trips would take
+    longer than any write: more than :data:`MAX_SMALL_BATCHES` below :data:`SMALL_BATCH`."""
+    n = -(-per_node // batch)
+    if batch < SMALL_BATCH and n > MAX_SMALL_BATCHES:
+        need = 4 * min(SMALL_BATCH, -(-per_node // MAX_SMALL_BATCHES))
+        raise InputError(
+            f"window={window} cuts each I/O node's {per_node:,} bytes into {n:,} batches of "
+            f"{batch:,} bytes, one round trip each; give a window of at least {need:,} bytes"
+        )
 
 
 def _sent_ahead(node: Any, window: int) -> list[int]:

@@ -7,15 +7,17 @@ BIPS3D job all take these; each used to repeat the list of parameters.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
 from .. import defaults
 from ..checks import is_int
+from ..contributions import check_attrs
 from ..cost import CostModel
-from ..errors import ContributionError, InputError, StageError
+from ..errors import InputError, StageError
 from ..layout import STRATEGIES, LayoutError
 from .backends import get_backend
 
@@ -42,7 +44,8 @@ class WriteOptions:
     stripe_bytes : int
         Stripe size of the round-robin layout (Zarr rounds it to whole shards).
     assignment : "owner" or mapping
-        Replica resolution, or a writer array per dataset name.
+        Replica resolution, or a mapping giving each dataset of the stage a writer
+        array (or a method name).
     unique, allow_missing : bool
         See :func:`orchestrator.contributions.gather`.
     overwrite : bool
@@ -122,18 +125,20 @@ class WriteOptions:
         if self.direct is not None and not isinstance(self.direct, bool):
             raise InputError(f"direct must be True, False or None, got {self.direct!r}")
         for name in ("unique", "allow_missing", "overwrite"):
-            if not isinstance(getattr(self, name), bool | int):
+            if not isinstance(getattr(self, name), bool | np.bool_):
                 raise StageError(f"{name} must be True or False, got {getattr(self, name)!r}")
         # an unknown policy, a misspelt option (``polcy=``) or a value of the wrong kind fails
         # here, when the options are made, not later when the stage plans
         from ..policies import get_policy  # the policies load Numba: only once options are made
 
         get_policy(self.policy).check_options(dict(self.policy_options))
-        if self.attrs:
-            try:
-                json.dumps(self.attrs)
-            except (TypeError, ValueError) as err:
-                raise ContributionError(f"attrs must hold JSON values: {err}") from None
+        if not isinstance(self.assignment, str | Mapping):
+            raise InputError(
+                "assignment must be a method name ('owner') or a mapping of dataset names to "
+                f"writer arrays, got {self.assignment!r}"
+            )
+        if self.attrs is not None:
+            check_attrs(self.attrs)
 
     def updated(self, **changes: Any) -> WriteOptions:
         """A copy with ``changes``; names that are not fields become policy options.

@@ -417,6 +417,14 @@ def write_stage(
         raise StorageError(f"directory {target.parent} does not exist")
     if not os.access(target.parent, os.W_OK):
         raise StorageError(f"directory {target.parent} is not writable")
+    if not isinstance(opts.assignment, str):
+        for name in set(opts.assignment) ^ set(datasets):
+            raise ContributionError(
+                f"assignment: {name!r} is not a dataset of this stage ({sorted(datasets)})"
+                if name in opts.assignment
+                else f"assignment has no entry for dataset {name!r}; give each dataset a "
+                "writer array or a method ('owner')"
+            )
     for where in opts.attrs or {}:
         if where and where not in datasets:
             raise ContributionError(

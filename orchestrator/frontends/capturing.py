@@ -27,7 +27,13 @@ import numpy as np
 
 from .. import defaults
 from ..checks import is_int
-from ..contributions import Contribution, ContributionError, DatasetSpec, cast_exactly
+from ..contributions import (
+    Contribution,
+    ContributionError,
+    DatasetSpec,
+    cast_exactly,
+    check_attr,
+)
 from ..engine.backends import get_backend
 from ..engine.options import WriteOptions
 from ..errors import CaptureError
@@ -50,7 +56,14 @@ class _Attrs(dict[str, Any]):
     """``.attrs``: a dict whose values are kept as JSON."""
 
     def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(str(key), _json(value))
+        if not isinstance(key, str) or not key or "\0" in key:
+            raise CaptureError(f"attribute name {key!r} must be a non-empty string without NUL")
+        value = _json(value)
+        try:
+            check_attr(f"attrs[{key!r}]", value)
+        except ContributionError as err:  # what h5py or Zarr would refuse, or read back changed
+            raise CaptureError(str(err)) from None
+        super().__setitem__(key, value)
 
 
 def _describe_key(key: Any) -> str:
