@@ -51,9 +51,9 @@ def bidding_workload(
             raise InputError(f"{name} must be an integer in [1, 2**31), got {v!r}")
     if not is_int(seed, 0, 2**64):
         raise InputError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-    for name, v in (("busy_ratio", busy_ratio), ("large_ratio", large_ratio)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
-            raise InputError(f"{name} must be within [0, 1], got {v!r}")
+    for name, r in (("busy_ratio", busy_ratio), ("large_ratio", large_ratio)):
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
+            raise InputError(f"{name} must be within [0, 1], got {r!r}")
     # up to busy_factor x normal_requests transfers per I/O node, 3 int64 columns and copies
     expect = n_ionodes * max(busy_factor[1], 1.0) * (normal_requests + 1) * 64
     check_memory(expect, f"n_ionodes={n_ionodes}: the transfers of a bidding workload")
