@@ -296,6 +296,24 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
     return False
 
 
+def _check_entries(folder: Path) -> None:
+    """Refuse a checkpoint folder holding anything but files and folders.
+
+    A FIFO put in place of a subfile or a shard made ``iorch verify`` block
+    in h5py's open for ever, deaf to SIGTERM; a link may lead anywhere (a
+    device, another user's file). A stage never writes either.
+    """
+    import stat
+
+    for root, dirs, files in os.walk(folder):
+        for entry in (*dirs, *files):
+            p = os.path.join(root, entry)
+            mode = os.lstat(p).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "a link" if stat.S_ISLNK(mode) else "neither a file nor a folder"
+                raise StorageError(f"{p} is {kind}; a checkpoint holds only files and folders")
+
+
 def format_of(path: str | os.PathLike[str]) -> str:
     """The format a committed target was written in.
 
@@ -314,6 +332,8 @@ def format_of(path: str | os.PathLike[str]) -> str:
         raise StorageError(f"{path} does not exist")
     if not (path.is_file() or path.is_dir()):  # a FIFO or a device: opening it may block
         raise StorageError(f"{path} is neither a file nor a folder")
+    if path.is_dir():
+        _check_entries(path)
     for name in backend_names():
         backend = _guesser(name)
         if backend is None or not _guess(backend, path):
