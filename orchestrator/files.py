@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -11,8 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .errors import OrchestratorError
+
 __all__ = [
     "atomic_path",
+    "check_input_file",
     "fsync_path",
     "fsync_tree",
     "private_file",
@@ -21,6 +25,40 @@ __all__ = [
     "signals_deferred",
     "umask",
 ]
+
+
+def check_input_file(
+    path: str | os.PathLike[str],
+    what: str,
+    error: type[OrchestratorError],
+    per_byte: float = 1.0,
+) -> int:
+    """Refuse an input that is not a regular file, or too large to read into memory.
+
+    ``per_byte`` is the memory the reader needs per byte of the file. A
+    device or a FIFO given as input (``--transfers /dev/zero``) was read
+    until the machine ran out of memory. Returns the file's size.
+
+    Examples
+    --------
+    >>> from orchestrator.errors import InputError
+    >>> check_input_file("/dev/zero", "transfers", InputError)
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.InputError: transfers /dev/zero is not a regular file
+    """
+    from .limits import check_memory
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except OSError as err:
+        raise error(f"{what} {path} cannot be read: {err.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {path} is not a regular file")
+    check_memory(per_byte * st.st_size, f"{what} {path} ({st.st_size:,} bytes) and its rows", error)
+    return int(st.st_size)
 
 
 #: a test's hook, called as soon as a temporary file exists (it may send this process a

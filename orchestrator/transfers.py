@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from .checks import is_int
 from .errors import TransferSetError
-from .files import atomic_path
+from .files import atomic_path, check_input_file
 from .limits import check_memory
 
 __all__ = ["TransferSet", "TransferSetError"]
@@ -214,6 +214,7 @@ class TransferSet:
         >>> len(TransferSet.load_npz(p))
         2
         """
+        check_input_file(path, "transfers", TransferSetError, per_byte=4)
         with np.load(path) as data:
             return cls.from_arrays(data, **kwargs)
 
@@ -237,6 +238,8 @@ class TransferSet:
         [4096, 100]
         """
         path = Path(path)
+        # a row of ~15 characters becomes three Python ints in lists (~100 bytes)
+        check_input_file(path, "transfers", TransferSetError, per_byte=10)
         cols: dict[str, list[int]] = {"client": [], "ionode": [], "nbytes": []}
         lines: list[int] = []  # file line of each row (blank lines are skipped)
         with path.open(newline="") as fh:

@@ -486,6 +486,12 @@ COMMANDS = [
     (["slurm", "script", "no-such"], "no-such"),
     (["write-bench", "--format", "parquet", "--out", "{dir}"], "parquet"),
     (["write-bench", "--window", "lots", "--out", "{dir}"], "lots"),
+    # a device or a FIFO given as input was read until the machine ran out of memory
+    (["schedule", "--transfers", "/dev/zero"], "/dev/zero"),
+    (["schedule", "--transfers", "{fifo}"], "not a regular file"),
+    (["schedule", "--transfers", "{good_csv}", "--cost", "{fifo}.json"], "does not exist"),
+    (["bench", "idg", "--mesh", "{fifo}", "--quick", "--out", "{dir}"], "not a regular file"),
+    (["run", "bips3d", "--mesh", "{fifo}.vtu", "--out", "{dir}"], "not a regular file"),
     # a window of a few bytes made one round trip per byte: a 1 MiB stage never ended
     (
         [
@@ -510,7 +516,10 @@ def test_command(tmp_path, argv, needle):
         "missing": tmp_path / "missing",
         "junk": tmp_path / "junk",
         "dir": tmp_path / "out",
+        "fifo": tmp_path / "fifo",
     }
+    os.mkfifo(tmp_path / "fifo")
+    os.mkfifo(tmp_path / "fifo.vtu")
     args = [a.format(**names) for a in argv]
     iorch = Path(sys.executable).parent / "iorch"
     entry = f"iorch {argv[0]}"

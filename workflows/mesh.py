@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import MeshFormatError
+from orchestrator.files import check_input_file
 from orchestrator.replicas import check_graph
 
 __all__ = [
@@ -78,6 +79,8 @@ def read_metis_graph(
     ([0, 1, 3, 4], [1, 0, 2, 1])
     """
     path = Path(path)
+    # the text, its lines and their numbers in lists of Python ints
+    check_input_file(path, "METIS graph", MeshFormatError, per_byte=12)
     try:
         text = path.read_text()
     except UnicodeDecodeError:
@@ -205,6 +208,7 @@ def read_metis_partition(
     [0, 1, 1]
     """
     path = Path(path)
+    check_input_file(path, "METIS partition", MeshFormatError, per_byte=30)
     values, lines = [], []
     with path.open() as fh:
         for lineno, text in enumerate(fh, start=1):
@@ -357,8 +361,8 @@ def read_mesh(path: str | os.PathLike[str]) -> Mesh:
     import meshio
 
     path = Path(path)
-    if not path.exists():
-        raise MeshFormatError(f"{path}: no such mesh file")
+    # meshio holds the mesh in memory several times over as it converts it
+    check_input_file(path, "mesh", MeshFormatError, per_byte=8)
     try:
         m = meshio.read(path)
     except (Exception, SystemExit) as err:  # meshio raises many types, and exits on some files

@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..cost import CostModel, get_cost_model
 from ..engine.backends import backend_names
-from ..errors import OrchestratorError, PolicyError
+from ..errors import CostModelError, OrchestratorError, PolicyError
+from ..files import check_input_file
 from ..transfers import TransferSet
 
 __all__ = [
@@ -79,6 +80,7 @@ FORMATS = f"One of: {', '.join(backend_names())}."
 def cost_model(spec: str | None) -> CostModel:
     """A preset name, or a path to a JSON file written by ``CostModel.to_json``."""
     if spec is not None and spec.endswith(".json"):
+        check_input_file(spec, "--cost", CostModelError)
         return CostModel.from_json(Path(spec).read_text())
     return get_cost_model(spec)
 
