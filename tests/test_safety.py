@@ -3,6 +3,7 @@
 Each test here failed before its fix (issue 14, items 4, 5, 7 and 9).
 """
 
+import json
 import os
 
 import numpy as np
@@ -97,6 +98,48 @@ def test_output_files_never_follow_a_planted_symlink(tmp_path):
     assert (out / "plan.csv").stat().st_mode & 0o777 == 0o666 & ~umask
     leftovers = {p.name for p in out.iterdir()} - {"plan.csv"}
     assert leftovers == {f".plan.tmp-{pid}.csv", f".raw-bandwidth-{pid}.bin"}  # only the planted
+
+
+def _iorch(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    iorch = Path(sys.executable).with_name("iorch")
+    run = subprocess.run([str(iorch), *args], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_benchmark_outputs_never_follow_a_planted_symlink(cluster, tmp_path):
+    """write-bench's results and its piece-writing probe, bench optimal's and bench
+    schedulers' tables: each followed a link planted at its name (hostile probe)."""
+    from orchestrator.engine.measure import pieces_write_seconds
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    plants = {
+        "wb": ["results.json", "results.csv"],
+        "opt": ["optimal.csv", "optimal.json"],
+        "sch": ["sweeps.csv"],
+        "pieces": [f".pieces-{os.getpid()}.bin"],  # the name this process used to write
+    }
+    for folder, names in plants.items():
+        (tmp_path / folder).mkdir()
+        for name in names:
+            (tmp_path / folder / name).symlink_to(outside)
+    _iorch(
+        *("write-bench", "--size", "4MiB", "--clients", "2", "--ionodes", "2"),
+        *("--policy", "ecf", "--repeat", "1", "--no-anchors", "--out", str(tmp_path / "wb")),
+    )
+    _iorch("bench", "optimal", "--quick", "--exact-limit", "1", "--out", str(tmp_path / "opt"))
+    _iorch("bench", "schedulers", "--quick", "--no-timings", "--out", str(tmp_path / "sch"))
+    assert pieces_write_seconds(cluster, tmp_path / "pieces", [4096] * 8) > 0
+    assert outside.read_text() == "precious"
+    for folder, names in plants.items():
+        for name in names:  # replaced by the real output, or left as planted; never followed
+            p = tmp_path / folder / name
+            assert not p.is_symlink() or os.readlink(p) == str(outside)
+    assert json.loads((tmp_path / "wb" / "results.json").read_text())["rows"]
 
 
 def test_a_failed_atomic_write_leaves_nothing(tmp_path):

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..contributions import DatasetSpec
 from ..cost import CostModel
+from ..files import atomic_path
 from ..layout import StripeLayout, derive_transfers
 from ..policies import PolicyError, schedule
 from ..replicas import assign
@@ -351,4 +352,5 @@ def write_outputs(results: Sequence[FamilyResult], out: Path, meta: dict[str, An
     if rows:
         write_rows(rows, out / "optimal.csv")
     doc = {"meta": meta, "summary": summarize(results), "targets": targets(results)}
-    (out / "optimal.json").write_text(json.dumps(doc, indent=2) + "\n")
+    with atomic_path(out / "optimal.json") as tmp:  # a planted link is replaced, not followed
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")

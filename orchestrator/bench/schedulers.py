@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..cost import CostModel
+from ..files import atomic_path
 from ..policies import get_policy, policies, schedule
 from ..workload import bidding_workload, uniform_workload
 
@@ -199,7 +200,7 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
     >>> p.read_text().splitlines()
     ['policy,makespan', 'ecf,1.5']
     """
-    with path.open("w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:  # never via a planted link
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)

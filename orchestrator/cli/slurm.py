@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..files import atomic_path
 from ._common import USER_ERRORS, console, err, fail
 
 __all__ = ["slurm_app"]
@@ -277,7 +278,8 @@ def script_cmd(
     console.print(job)  # first: the job runs whatever happens to the copy below
     kept = Path(f"{job_name or 'iorch-' + workflow}-{job}.sbatch")
     try:
-        kept.write_text(text)
+        with atomic_path(kept) as tmp:  # a link planted at the job's name is not followed
+            tmp.write_text(text)
     except OSError as e:
         err.print(f"submitted, but the script could not be kept in {kept}: {e}")
         return

@@ -13,6 +13,7 @@ from .. import defaults
 from ..engine import DEFAULT_WINDOW
 from ..engine.cluster import local_cluster
 from ..errors import InputError
+from ..files import atomic_path
 from ..limits import check_disk, check_memory
 from ..policies import PolicyError, policies
 from ._common import FORMATS, console, progress
@@ -115,25 +116,27 @@ def write_bench_cmd(
     raw = next(r for r in rows if r.name == "raw sequential write")
     h5 = next((r for r in rows if r.name.startswith("h5py")), None)
     records = [r.as_dict(raw, h5) for r in rows]
-    (out / "results.json").write_text(
-        json.dumps(
-            {
-                "size": nbytes,
-                "clients": clients,
-                "ionodes": ionodes,
-                "format": format,
-                "strategy": strategy,
-                "stripe_bytes": stripe_bytes,
-                "repeat": repeat,
-                "window": win_bytes,
-                "tls": tls,
-                "ionode_peak_rss": rss,
-                "rows": records,
-            },
-            indent=2,
+    # written aside and renamed: a link planted at these names is replaced, never followed
+    with atomic_path(out / "results.json") as tmp:
+        tmp.write_text(
+            json.dumps(
+                {
+                    "size": nbytes,
+                    "clients": clients,
+                    "ionodes": ionodes,
+                    "format": format,
+                    "strategy": strategy,
+                    "stripe_bytes": stripe_bytes,
+                    "repeat": repeat,
+                    "window": win_bytes,
+                    "tls": tls,
+                    "ionode_peak_rss": rss,
+                    "rows": records,
+                },
+                indent=2,
+            )
         )
-    )
-    with open(out / "results.csv", "w", newline="") as fh:
+    with atomic_path(out / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(
             fh, fieldnames=[k for k in records[0] if k != "all_seconds"], extrasaction="ignore"
         )

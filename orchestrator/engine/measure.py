@@ -160,12 +160,11 @@ def pieces_write_seconds(
 
     size = np.asarray(sizes, dtype=np.int64)
     pos = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
-    path = directory / f".pieces-{os.getpid()}.bin"
-    with open(path, "wb") as f:
-        f.truncate(int(size.sum()))
     workers = cluster.compute or cluster.ionodes
     order = np.random.default_rng(seed).permutation(size.size)
-    try:
+    # a name no one can plant a link at, made here and gone at the end (as the raw probe's)
+    with private_path(directory, ".pieces-", ".bin") as path:
+        os.truncate(path, int(size.sum()))
         t0 = time.perf_counter()
         futs = [
             cluster.client.submit(
@@ -182,8 +181,6 @@ def pieces_write_seconds(
         for f in futs:
             f.result()
         return time.perf_counter() - t0
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def calibrated_cost(
