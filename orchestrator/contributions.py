@@ -29,11 +29,19 @@ __all__ = [
 class DatasetSpec:
     """A named dataset of shape ``(n_rows, ...)`` and a fixed dtype.
 
+    The dtype holds booleans, integers, floats or complex numbers. Rows no
+    contribution writes (``allow_missing``) read ``fill_value``, which must be
+    a value of the dtype as given (None: 0, as in h5py and zarr).
+
     Examples
     --------
     >>> spec = DatasetSpec("u", (10, 3), "float64")
     >>> spec.n_rows, spec.row_bytes, spec.nbytes
     (10, 24, 240)
+    >>> DatasetSpec("n", (4,), "int32", fill_value=float("nan"))
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.ContributionError: dataset 'n': fill_value: value nan does not fit ...
     """
 
     name: str
@@ -54,6 +62,9 @@ class DatasetSpec:
             raise ContributionError(
                 f"dataset name {name!r} is reserved (., .. and names starting with __ in Zarr)"
             )
+        problem = _name_problem(name.strip("/"))
+        if problem:
+            raise ContributionError(f"dataset name {name!r} {problem}")
         try:
             given = tuple(self.shape)
         except TypeError:
@@ -78,6 +89,26 @@ class DatasetSpec:
             raise ContributionError(f"dataset {self.name!r}: dtype {self.dtype!r}: {err}") from None
         if dtype.hasobject:
             raise ContributionError(f"dataset {self.name!r}: dtype {dtype} holds Python objects")
+        if dtype.kind not in "biufc" or dtype.shape:
+            # strings failed in h5py at commit, structured dtypes inside dispatch
+            raise ContributionError(
+                f"dataset {self.name!r}: dtype {dtype} is not supported yet (booleans, integers, "
+                "floats and complex numbers are)"
+            )
+        if np.ndim(self.fill_value) != 0:
+            raise ContributionError(
+                f"dataset {self.name!r}: fill_value {self.fill_value!r} must be one value"
+            )
+        given_fill = 0 if self.fill_value is None else self.fill_value  # None: as h5py, zarr
+        try:  # stored as given or refused, as the values are: NaN into int32 read back -2**31
+            fill = cast_exactly(np.asarray(given_fill), dtype, f"dataset {name!r}: fill_value")
+        except ContributionError:
+            raise
+        except (TypeError, ValueError):  # "abc" into a float
+            raise ContributionError(
+                f"dataset {self.name!r}: fill_value {self.fill_value!r} is not a value of {dtype}"
+            ) from None
+        object.__setattr__(self, "fill_value", fill.item())
         # byte offsets are int64 everywhere (layout, kernels, files): a larger dataset would
         # wrap around in them instead of failing
         if int(np.prod(shape, dtype=object)) * dtype.itemsize >= 2**63:
@@ -398,6 +429,21 @@ def _check_replicas_agree(
                 )
 
 
+def _name_problem(name: str) -> str:
+    """What keeps ``name`` from naming a dataset in every format ('' if nothing)."""
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (from a file name read as bytes)
+        return "is not valid Unicode (it cannot be stored as UTF-8)"
+    if "\\" in name:  # Zarr on some systems stores it as a folder separator: a split dataset
+        return "holds a backslash"
+    if len(encoded) > 255:  # a Zarr array is a folder: no file system takes a longer name
+        return f"is {len(encoded)} bytes long (at most 255)"
+    if name == "zarr.json":
+        return "is reserved (Zarr's metadata file)"
+    return ""
+
+
 def _attr_leaves(value: Any) -> list[Any] | None:
     """The scalars of an attribute value (nested lists walked); None if it holds another kind."""
     if isinstance(value, list | tuple):
@@ -446,9 +492,9 @@ def check_attrs(attrs: Any) -> None:
                 f"attrs[{where!r}] must be a mapping of names to values, got {group!r}"
             )
         for name, value in group.items():
-            if not isinstance(name, str) or not name or "\0" in name:
+            if not isinstance(name, str) or not name or "\0" in name or not _utf8(name):
                 raise ContributionError(
-                    f"attrs[{where!r}]: name {name!r} must be a non-empty string without NUL"
+                    f"attrs[{where!r}]: name {name!r} must be a non-empty UTF-8 string without NUL"
                 )
             check_attr(f"attrs[{where!r}][{name!r}]", value)
 
@@ -481,8 +527,8 @@ def check_attr(what: str, value: Any) -> None:
     for v in leaves:
         if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
             raise ContributionError(f"{what} = {shown}: {v} does not fit 64 bits")
-        if isinstance(v, str) and "\0" in v:
-            raise ContributionError(f"{what} = {shown}: a string may not hold NUL")
+        if isinstance(v, str) and ("\0" in v or not _utf8(v)):
+            raise ContributionError(f"{what} = {shown}: a string must be UTF-8 without NUL")
     if isinstance(value, list | tuple) and leaves:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NumPy's warning for ragged lists
@@ -492,3 +538,11 @@ def check_attr(what: str, value: Any) -> None:
                 ragged = True
         if ragged:
             raise ContributionError(f"{what} = {shown}: nested lists must be rectangular")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -51,6 +51,29 @@ def test_overwrite_never_replaces_what_is_not_a_checkpoint(cluster, tmp_path, fm
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([folder.name, plain.name])
 
 
+@pytest.mark.parametrize("shape", ["master.h5", "zarr.json"])
+def test_overwrite_never_replaces_a_folder_that_only_looks_like_a_checkpoint(
+    cluster, tmp_path, shape
+):
+    """A folder of the user's files holding a ``master.h5`` or a ``zarr.json`` (even an
+    HDF5 file or Zarr metadata of someone else's) was replaced (hostile probe)."""
+    import h5py
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("mine")
+    if shape == "master.h5":
+        with h5py.File(folder / shape, "w") as f:
+            f["x"] = np.arange(3)
+        fmt = "hdf5-vds"
+    else:
+        (folder / shape).write_text('{"zarr_format": 3, "node_type": "group"}')
+        fmt = "zarr"
+    with pytest.raises(StorageError, match="is not a checkpoint"):
+        orc.write_stage(folder, _one(), format=fmt, cluster=cluster, overwrite=True)
+    assert (folder / "thesis.tex").read_text() == "mine"
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_overwrite_replaces_a_checkpoint_of_the_same_or_another_format(cluster, tmp_path, fmt):
     target = tmp_path / f"ck{SUFFIX[fmt]}"
@@ -70,11 +93,45 @@ def test_dataset_names_with_a_colon_commit_and_verify(cluster, tmp_path, fmt):
     assert got["a:b"].tolist() == list(range(12)) and got["a"].tolist() == list(range(10))
 
 
-@pytest.mark.parametrize("name", ["a\0b", "tab\there", ".", "..", "new\nline"])
+@pytest.mark.parametrize(
+    "name",
+    # a backslash split a Zarr dataset (metadata under a/b/, chunks under a\b/), a lone
+    # surrogate was a raw UnicodeEncodeError, 'zarr.json' and 5000 characters failed on the
+    # temporary folder (hostile probe)
+    ["a\0b", "tab\there", ".", "..", "new\nline", "a\\b", "a\udcff", "zarr.json", "x" * 256],
+)
 def test_dataset_names_no_format_can_hold_are_refused(name):
     with pytest.raises(ContributionError, match="dataset name") as err:
         DatasetSpec(name, (3,), "f8")
     assert repr(name) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill", "message"),
+    # each committed and read back changed (NaN as -2**31, 2.5 as 2) or failed raw at commit
+    [
+        ("i4", float("nan"), "value nan does not fit dtype int32"),
+        ("i4", 2.5, "value 2.5 does not fit"),
+        ("i1", 1000, "value 1000 does not fit dtype int8"),
+        ("f8", "abc", "fill_value 'abc' is not a value of float64"),
+        ("f8", [1, 2], "must be one value"),
+        ("U10", 0, "dtype <U10 is not supported yet"),
+        ([("a", "i4"), ("b", "f8")], 0, "is not supported yet"),
+    ],
+)
+def test_fill_values_and_dtypes_are_stored_as_given_or_refused(dtype, fill, message):
+    with pytest.raises(ContributionError, match=message):
+        DatasetSpec("u", (4,), dtype, fill_value=fill)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_exact_fill_value_reads_back(cluster, tmp_path, fmt):
+    spec = DatasetSpec("u", (4,), "f4", fill_value=float("nan"))
+    part = Contribution(0, np.arange(2), np.ones(2, "f4"))
+    target = tmp_path / f"f{SUFFIX[fmt]}"
+    orc.write_stage(target, {"u": (spec, [part])}, format=fmt, allow_missing=True)
+    got = orc.open_checkpoint(target)["u"]
+    assert got[:2].tolist() == [1.0, 1.0] and np.isnan(got[2:]).all()
 
 
 # ---------------------------------------------------------------- 7: no symlink is followed

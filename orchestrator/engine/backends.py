@@ -278,7 +278,8 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether some registered format recognises ``path`` as one of its targets.
 
     Only such a target may be replaced by a stage with ``overwrite=True``: a
-    folder of the user's files, or any file no format claims, never is.
+    folder of the user's files, or any file no format claims, never is. A
+    folder counts only if it holds a manifest of ours.
 
     Examples
     --------
@@ -291,7 +292,17 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
         return False
     for name in backend_names():
         backend = _guesser(name)
-        if backend is not None and _guess(backend, path):
+        if backend is None or not _guess(backend, path):
+            continue
+        if path.is_file():  # an HDF5 file is replaced as h5py's mode "w" would replace it
+            return True
+        # a folder only with our manifest: the shape alone (a master.h5, a zarr.json) let a
+        # folder of the user's files that happened to hold one be replaced (hostile probe)
+        try:
+            manifest = backend.read_manifest(path)
+        except Exception:  # damaged or not ours: h5py, zarr and json each raise theirs
+            continue
+        if isinstance(manifest, dict) and isinstance(manifest.get("datasets"), dict):
             return True
     return False
 

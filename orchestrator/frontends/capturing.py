@@ -56,8 +56,10 @@ class _Attrs(dict[str, Any]):
     """``.attrs``: a dict whose values are kept as JSON."""
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if not isinstance(key, str) or not key or "\0" in key:
-            raise CaptureError(f"attribute name {key!r} must be a non-empty string without NUL")
+        if not isinstance(key, str) or not key or "\0" in key or not key.isprintable():
+            raise CaptureError(
+                f"attribute name {key!r} must be a non-empty printable string without NUL"
+            )
         value = _json(value)
         try:
             check_attr(f"attrs[{key!r}]", value)
