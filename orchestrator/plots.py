@@ -20,7 +20,7 @@ from .plan import Plan
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["close", "gantt", "interval_map", "realized_gantt", "sweep_plot"]
+__all__ = ["check_figure_path", "close", "gantt", "interval_map", "realized_gantt", "sweep_plot"]
 
 
 def _pyplot() -> Any:
@@ -39,6 +39,28 @@ def _finish(fig: Figure, path: str | os.PathLike[str] | None) -> Figure:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=110)
     return fig
+
+
+def check_figure_path(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a figure path whose suffix Matplotlib cannot write, before any work is done.
+
+    Examples
+    --------
+    >>> check_figure_path("g.png", "--gantt")
+    >>> check_figure_path("g.txt", "--gantt")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.InputError: --gantt g.txt: '.txt' is not a figure format; use one of ...
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if suffix not in known:
+        raise InputError(
+            f"{what} {os.fspath(path)}: '.{suffix}' is not a figure format; use one of "
+            f"{', '.join('.' + k for k in sorted(known))}"
+        )
 
 
 def close(fig: Figure) -> None:

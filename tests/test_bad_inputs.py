@@ -488,6 +488,12 @@ COMMANDS = [
     (["slurm", "script", "no-such"], "no-such"),
     (["write-bench", "--format", "parquet", "--out", "{dir}"], "parquet"),
     (["write-bench", "--window", "lots", "--out", "{dir}"], "lots"),
+    (["slurm", "script", "bips3d", "--time", "1:99:99"], "minutes 99"),
+    (["slurm", "script", "bips3d", "--time", "0-24:00:00"], "hours 24"),
+    (["write-bench", "--size", "1.5", "--out", "{dir}"], "whole number of bytes"),
+    (["write-bench", "--memory", "1", "--out", "{dir}"], "--memory 1"),
+    (["verify", ""], "empty"),
+    (["schedule", "--transfers", "{good_csv}", "--gantt", "{dir}.txt"], "txt"),
     # a device or a FIFO given as input was read until the machine ran out of memory
     (["schedule", "--transfers", "/dev/zero"], "/dev/zero"),
     (["schedule", "--transfers", "{fifo}"], "not a regular file"),

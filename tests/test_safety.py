@@ -211,7 +211,9 @@ def test_a_failed_atomic_write_leaves_nothing(tmp_path):
     ("template", "step", "message"),
     [
         ("ck/{step}.h5", "/../../escaped", "step '/../../escaped' .* a path separator"),
-        ("ck/{step}/u.h5", "..", "step '..' .* leaves"),
+        ("ck/{step}/u.h5", "..", "step '..' .* not a name inside its folder"),
+        ("ck/{step}", "", "step '' .* not a name inside its folder"),
+        ("{step}", "", "step '' .* not a name inside its folder"),
         ("ck/{step}.h5", "a\0b", "step 'a\\\\x00b' .* NUL"),
         ("ck/{step.__class__.__name__}.h5", 3, "only the plain fields"),
         ("ck/{step[0]}.h5", "ab", "only the plain fields"),

@@ -67,6 +67,16 @@ def test_a_client_without_the_certificate_is_refused(cluster):
     assert cluster.client.submit(sum, [1, 2], pure=False).result() == 3
 
 
+def test_connect_without_credentials_is_a_clear_refusal(cluster, tmp_path, monkeypatch):
+    """connect() to a TLS cluster with no credentials published was Dask's TypeError about
+    an ssl_context (hostile probe)."""
+    empty = tmp_path / "creds"
+    empty.mkdir(mode=0o700)
+    monkeypatch.setenv("IORCH_CREDENTIALS_DIR", str(empty))
+    with pytest.raises(ClusterError, match="speaks TLS and this user has no credentials"):
+        connect(cluster.address)
+
+
 def test_this_users_other_processes_find_the_credentials_by_address(cluster):
     # a Parsl worker contributing to a stage does exactly this
     code = (

@@ -240,12 +240,17 @@ def _report_bips3d(
 
 
 def verify_cmd(
-    path: Annotated[Path, typer.Argument(help="A checkpoint written by io-orchestrator.")],
+    target: Annotated[
+        str, typer.Argument(metavar="PATH", help="A checkpoint written by io-orchestrator.")
+    ],
 ) -> None:
     """Recompute every stripe checksum against the manifest; exit 1 on any mismatch.
 
     Example: ``iorch verify out/ckpt.h5``
     """
+    if not target.strip():  # a Path would read "" as ".", the current folder
+        raise InputError(f"PATH {target!r} is empty; give a checkpoint")
+    path = Path(target)
     # engine.stage loads distributed: when the command runs, not at iorch --help
     from ..engine.verify import verify
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from .. import defaults
 from ..cost import get_cost_model
 from ..files import atomic_path
-from ..plots import close
+from ..plots import check_figure_path, close
 from ..plots import gantt as draw
 from ..policies import policies, schedule
 from ..workload import bidding_workload
@@ -61,6 +61,8 @@ def schedule_cmd(
 
     Example: ``iorch schedule --transfers t.csv --policy split-opt --option min_piece=1048576``
     """
+    if gantt is not None:  # before the plan: a suffix Matplotlib cannot write failed after it
+        check_figure_path(gantt, "--gantt")
     ts = load_transfers(transfers)
     opts: dict[str, object] = {} if block_size is None else {"block_size": block_size}
     opts |= options(option or [], policy)

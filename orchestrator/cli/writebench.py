@@ -88,6 +88,12 @@ def write_bench_cmd(
     check_disk(out, 2 * nbytes, f"--size {size}: the output and the raw probe", InputError)
     check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
     mem = memory if memory == "auto" else parse_size(memory, "--memory")
+    if isinstance(mem, int) and mem < nbytes // 2 + (64 << 20):
+        # the two compute workers hold the stage's data between them, beside their own needs
+        raise InputError(
+            f"--memory {memory}: each of the 2 compute workers holds half of --size {size} and "
+            f"needs about 64 MiB besides; give at least {(nbytes // 2 + (64 << 20)) >> 20} MiB"
+        )
     with (
         local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem, security=tls) as cl,
         progress() as prog,

@@ -177,7 +177,8 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     """``manifest`` if its datasets are well formed, else :class:`CheckpointError` naming
     the field and its value.
 
-    Checked: ``datasets`` maps at least one name to a ``shape`` (whole numbers,
+    Checked: a ``version`` this code reads, a ``format`` it knows, and
+    ``datasets`` mapping at least one name to a ``shape`` (whole numbers,
     at least one row), a ``dtype`` NumPy knows, a ``stripe_bytes`` of at least
     one byte and ``checksums`` mapping byte offsets (whole numbers, on stripe
     starts, inside the dataset) to 8 hex digits. What the checksums say of the
@@ -185,11 +186,12 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
 
     Examples
     --------
-    >>> m = {"datasets": {"u": {"shape": [4], "dtype": "<f8", "stripe_bytes": 16,
+    >>> m = {"version": 1, "format": "hdf5",
+    ...      "datasets": {"u": {"shape": [4], "dtype": "<f8", "stripe_bytes": 16,
     ...                         "checksums": {"0": "0badcafe", "16": "00000000"}}}}
     >>> check_manifest(m, "ck.h5") is m
     True
-    >>> check_manifest({"datasets": {"u": {**m["datasets"]["u"], "stripe_bytes": 0}}}, "ck.h5")
+    >>> check_manifest({**m, "datasets": {"u": {**m["datasets"]["u"], "stripe_bytes": 0}}}, "ck.h5")
     Traceback (most recent call last):
     ...
     orchestrator.errors.CheckpointError: ck.h5: manifest field datasets.u.stripe_bytes is 0; ...
@@ -206,6 +208,12 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
         raise CheckpointError(
             f"{where}: the manifest is a {type(manifest).__name__}, not a mapping"
         )
+    version = manifest.get("version")
+    if not whole(version) or not 1 <= version <= MANIFEST_VERSION:
+        raise bad("version", version, f"1..{MANIFEST_VERSION} (a newer io-orchestrator wrote it?)")
+    fmt = manifest.get("format")
+    if not isinstance(fmt, str) or fmt not in _BACKENDS:
+        raise bad("format", fmt, f"one of {list(_BACKENDS)}")
     datasets = manifest.get("datasets")
     if not isinstance(datasets, dict) or not datasets:
         raise bad("datasets", datasets, "a mapping of at least one dataset")
@@ -224,6 +232,9 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
             raise bad(f"{at}.dtype", ds.get("dtype"), "a NumPy dtype") from None
         if dtype.hasobject or ds.get("dtype") is None:
             raise bad(f"{at}.dtype", ds.get("dtype"), "a NumPy dtype of plain values")
+        n_ionodes = ds.get("n_ionodes", 1)
+        if not whole(n_ionodes) or n_ionodes < 1:
+            raise bad(f"{at}.n_ionodes", n_ionodes, "a whole number >= 1")
         stripe = ds.get("stripe_bytes")
         if not whole(stripe) or stripe < 1:
             raise bad(f"{at}.stripe_bytes", stripe, "a whole number of bytes >= 1")

@@ -534,7 +534,20 @@ def connect(
     where = address if address is not None else scheduler_address(str(scheduler_file))
     if security is None:
         security = load_credentials(where)
-    client = Client(where, timeout=60, security=security)
+    if security is None and str(where).startswith("tls://"):
+        import dask
+
+        if not dask.config.get("distributed.comm.tls.client.cert", None):
+            # Dask's own error here is a TypeError about an ssl_context
+            raise ClusterError(
+                f"scheduler {where} speaks TLS and this user has no credentials for it (none "
+                "published for that address, none in Dask's configuration); pass "
+                "security=distributed.Security(...) with the cluster's certificate"
+            )
+    try:
+        client = Client(where, timeout=60, security=security)
+    except OSError as err:  # refused, timed out, a TLS handshake that failed
+        raise ClusterError(f"cannot connect to the scheduler at {where}: {err}") from None
     try:
         ionodes, compute = discover_workers(client)
     except Exception:

@@ -57,8 +57,12 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     """
     path = Path(path)
     manifest = read_checked_manifest(path)  # a malformed manifest is a CheckpointError
-    backend = get_backend(format_of(path))
+    fmt = format_of(path)
+    backend = get_backend(fmt)
     bad = []
+    if manifest["format"] != fmt:
+        bad.append(f"the manifest says format {manifest['format']!r}; the target is {fmt!r}")
+    bad += _stored_as_listed(path, manifest)
     for name, ds in manifest["datasets"].items():
         spec = DatasetSpec(name, tuple(ds["shape"]), np.dtype(ds["dtype"]))
         sb = int(ds["stripe_bytes"])
@@ -83,3 +87,25 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
         if unreadable > 1:
             bad.append(f"{name}: {unreadable} stripes in all cannot be read")
     return bad
+
+
+def _stored_as_listed(path: Path, manifest: dict[str, Any]) -> list[str]:
+    """Each listed dataset's stored shape and dtype against the manifest's: the same bytes
+    under another dtype (f8 read as <i8) passed every checksum."""
+    out = []
+    try:
+        with open_datasets(path) as data:
+            for name, ds in manifest["datasets"].items():
+                stored = data.get(name)
+                if stored is None:
+                    continue  # reported as unreadable stripes
+                want = (tuple(ds["shape"]), np.dtype(ds["dtype"]))
+                got = (tuple(stored.shape), np.dtype(stored.dtype))
+                if got != want:
+                    out.append(
+                        f"{name}: stored as {got[1]} of shape {got[0]}; the manifest says "
+                        f"{want[1]} of shape {want[0]}"
+                    )
+    except Exception:  # damaged beyond opening: the stripes' reads say what is wrong
+        pass
+    return out

@@ -143,9 +143,10 @@ def render_target(template: str, **values: Any) -> Path:
     # field made "." or ".." would leave the template's folder
     for mine, made in zip(template.split("/"), path.split("/"), strict=True):
         keys = [k for _, k, _, _ in string.Formatter().parse(mine) if k is not None]
-        if keys and made in (".", ".."):
+        if keys and made in ("", ".", ".."):
+            # '' too: "ck/{step}" with step "" named the template's own folder as the target
             shown = ", ".join(f"{k} {values[k]!r}" for k in keys)
-            raise bad(f"{shown} makes the folder name {made!r}, which leaves its folder")
+            raise bad(f"{shown} makes the name {made!r}, which is not a name inside its folder")
     return Path(path)
 
 

@@ -40,6 +40,28 @@ def _minutes(time_limit: str) -> float:
     return int(days or 0) * 1440 + h * 60 + m + sec / 60
 
 
+def _field_over(time_limit: str) -> str:
+    """What is out of range in a time limit of Slurm's forms ('' if nothing): minutes and
+    seconds after a larger unit below 60, hours after days below 24 (``1:99:99`` went into
+    the script unchanged).
+
+    Examples
+    --------
+    >>> _field_over("1:99:99"), _field_over("0-24:00:00"), _field_over("90"), _field_over("1:30")
+    ('minutes 99 must be below 60', 'hours 24 must be below 24', '', '')
+    """
+    days, _, rest = time_limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    names = ["hours", "minutes", "seconds"] if days or len(parts) == 3 else ["minutes", "seconds"]
+    limits = {"hours": 24 if days else None, "minutes": 60, "seconds": 60}
+    for i, (name, value) in enumerate(zip(names, parts, strict=False)):
+        limit = limits[name]
+        # the first field of M, M:S or H:M:S may be as large as it likes
+        if limit is not None and (i > 0 or days) and value >= limit:
+            return f"{name} {value} must be below {limit}"
+    return ""
+
+
 def batch_script(
     command: Sequence[str],
     nodes: int = 1,
@@ -95,6 +117,9 @@ def batch_script(
         raise SlurmError(
             f"--time {time_limit!r}: use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS (Slurm's forms)"
         )
+    over = _field_over(time_limit)
+    if over:
+        raise SlurmError(f"--time {time_limit!r}: {over}")
     if _minutes(time_limit) >= _SLURM_MAX_MINUTES:
         raise SlurmError(
             f"--time {time_limit!r} is beyond what Slurm can hold "

@@ -149,6 +149,17 @@ DAMAGE = {
     "a listed dataset is gone": _remove_dataset,
     "a flipped byte": _flip_data,
     "truncated": _truncate,
+    # each passed verify (hostile probe): the same bytes under another dtype, or a manifest
+    # this code cannot vouch for
+    "dtype of the same size": lambda p: _rewrite_manifest(
+        p, _set("datasets", "u", "dtype", value="<i8")
+    ),
+    "another format": lambda p: _rewrite_manifest(
+        p, _set("format", value="zarr" if p.is_file() else "hdf5")
+    ),
+    "no format": lambda p: _rewrite_manifest(p, _drop("format")),
+    "version from the future": lambda p: _rewrite_manifest(p, _set("version", value=99)),
+    "n_ionodes 0": lambda p: _rewrite_manifest(p, _set("datasets", "u", "n_ionodes", value=0)),
     # each made `iorch verify` block for ever in h5py's or zarr's open, deaf to SIGTERM
     "a file replaced by a FIFO": _fifo,
     "a file replaced by a link to /dev/zero": _link_to_device,
