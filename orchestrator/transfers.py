@@ -242,34 +242,41 @@ class TransferSet:
         check_input_file(path, "transfers", TransferSetError, per_byte=10)
         cols: dict[str, list[int]] = {"client": [], "ionode": [], "nbytes": []}
         lines: list[int] = []  # file line of each row (blank lines are skipped)
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [k for k in cols if k not in header]
-            if missing:
-                raise TransferSetError(
-                    f"{path}: header {header} lacks column(s) {missing}; "
-                    "expected 'client,ionode,nbytes'"
-                )
-            repeated = sorted({h for h in header if header.count(h) > 1})
-            if repeated:
-                raise TransferSetError(f"{path}: header {header} repeats column(s) {repeated}")
-            for row in reader:
-                lines.append(reader.line_num)
-                if None in row:  # DictReader files fields beyond the header under None
+        try:
+            with path.open(newline="", encoding="utf-8-sig") as fh:  # a BOM (spreadsheets)
+                reader = csv.DictReader(fh)
+                header = reader.fieldnames or []
+                missing = [k for k in cols if k not in header]
+                if missing:
                     raise TransferSetError(
-                        f"{path}, line {reader.line_num}: {len(row[None])} field(s) more than "
-                        f"the header's {len(header)}: {row[None]!r}"
+                        f"{path}: header {header} lacks column(s) {missing}; "
+                        "expected 'client,ionode,nbytes'"
                     )
-                for k in cols:
-                    text = (row[k] or "").strip()
-                    # ASCII digits only: int() would also take '1_000' and full-width digits
-                    if not _INTEGER.fullmatch(text):
+                repeated = sorted({h for h in header if header.count(h) > 1})
+                if repeated:
+                    raise TransferSetError(f"{path}: header {header} repeats column(s) {repeated}")
+                for row in reader:
+                    lines.append(reader.line_num)
+                    if None in row:  # DictReader files fields beyond the header under None
                         raise TransferSetError(
-                            f"{path}, line {reader.line_num}: column {k!r} value {text!r} "
-                            "is not an integer"
+                            f"{path}, line {reader.line_num}: {len(row[None])} field(s) more than "
+                            f"the header's {len(header)}: {row[None]!r}"
                         )
-                    cols[k].append(int(text))
+                    for k in cols:
+                        text = (row[k] or "").strip()
+                        # ASCII digits only: int() would also take '1_000' and full-width digits
+                        if not _INTEGER.fullmatch(text):
+                            raise TransferSetError(
+                                f"{path}, line {reader.line_num}: column {k!r} value {text!r} "
+                                "is not an integer"
+                            )
+                        cols[k].append(int(text))
+        except UnicodeDecodeError as err:  # a binary file, or another encoding
+            raise TransferSetError(
+                f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start]:#04x})"
+            ) from None
+        except csv.Error as err:  # a NUL byte, a field beyond csv's limit
+            raise TransferSetError(f"{path}: not a CSV file ({err})") from None
         try:
             return cls(cols["client"], cols["ionode"], cols["nbytes"], **kwargs)
         except TransferSetError as err:

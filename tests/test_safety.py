@@ -5,6 +5,7 @@ Each test here failed before its fix (issue 14, items 4, 5, 7 and 9).
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -247,6 +248,28 @@ def test_transfer_csv_takes_plain_integers_only(tmp_path, text, message):
     with pytest.raises(orc.TransferSetError) as err:
         orc.TransferSet.from_csv(path)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("blob", "message"),
+    # the first two were UnicodeDecodeError tracebacks (hostile probe)
+    [
+        (b"client,ionode,nbytes\n0,0,8\xff\n", "not UTF-8 text (byte 26 is 0xff)"),
+        (b"\xc5\x01\x02", "not UTF-8 text (byte 0 is 0xc5)"),
+        (b"client,ionode,nbytes\n0,0,8\x00\n", "value '8\\x00' is not an integer"),
+    ],
+)
+def test_a_transfer_csv_that_is_not_text_is_named(tmp_path, blob, message):
+    path = tmp_path / "t.csv"
+    path.write_bytes(blob)
+    with pytest.raises(orc.TransferSetError, match=re.escape(message)):
+        orc.TransferSet.from_csv(path)
+
+
+def test_a_transfer_csv_from_a_spreadsheet_with_a_bom_reads(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbfclient,ionode,nbytes\n0,1,8\n")
+    assert orc.TransferSet.from_csv(path).nbytes.tolist() == [8]
 
 
 @pytest.mark.parametrize("shape", [(10.7, 3), (True, 3), ("10", 3), 5.0])
