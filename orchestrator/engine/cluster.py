@@ -30,6 +30,7 @@ __all__ = [
     "ionode_name",
     "ionode_number",
     "ionode_resources",
+    "ionode_rule",
     "local_cluster",
     "scheduler_address",
 ]
@@ -556,8 +557,68 @@ def connect(
     return IOCluster(client, ionodes, compute, security=security)
 
 
-def discover_workers(client: Any) -> tuple[list[str], list[str]]:
+#: a resource of the I/O workers chosen by :func:`discover_workers` on a cluster that
+#: declared none (what chose them is in :func:`ionode_rule`)
+AUTO_RESOURCE = "io-auto"
+#: how the I/O workers of a scheduler (by address) were chosen, when we chose them
+_RULES: dict[str, str] = {}
+
+
+def ionode_rule(client: Any) -> str:
+    """How the I/O workers of ``client``'s cluster were found: ``"declared"`` (named or
+    given resource ``io-K``), or the rule that chose them (see :func:`discover_workers`).
+
+    Examples
+    --------
+    >>> ionode_rule(cluster.client)  # doctest: +SKIP
+    'declared'
+    """
+    return _RULES.get(str(client.scheduler.address), "declared")
+
+
+async def _claim_ionode(k: int, dask_worker: Any) -> None:
+    await dask_worker.set_resources(**ionode_resources(k), **{AUTO_RESOURCE: 1})
+
+
+def _choose_ionodes(client: Any, info: dict[str, Any]) -> bool:
+    """Give I/O node resources to workers of a cluster that declared none (a plain
+    ``LocalCluster``, ``SLURMCluster``, a scheduler file): the workers with resource
+    ``io``, else the first worker of each host, else the first half by address."""
+    from distributed.comm import get_address_host
+
+    workers = sorted(info)
+    if not workers:
+        return False
+    marked = [a for a in workers if "io" in info[a].get("resources", {})]
+    firsts: dict[str, str] = {}
+    for a in workers:
+        firsts.setdefault(get_address_host(a), a)
+    if marked:
+        chosen, rule = marked, "the workers with resource io"
+    elif len(firsts) > 1:
+        chosen, rule = list(firsts.values()), "the first worker of each host"
+    else:
+        n = max(1, len(workers) // 2)
+        chosen, rule = workers[:n], f"the first {n} of {len(workers)} workers by address"
+    for k, addr in enumerate(chosen):
+        client.run(_claim_ionode, k, workers=[addr])
+    _RULES[str(client.scheduler.address)] = rule
+    log.warning(
+        "no worker declares an I/O node (io-K): I/O nodes 0..%d are %s (%s)",
+        len(chosen) - 1,
+        rule,
+        ", ".join(chosen),
+    )
+    return True
+
+
+def discover_workers(client: Any, choose: bool = True) -> tuple[list[str], list[str]]:
     """I/O workers ordered by their ``io-K`` resource (or name), and the other workers.
+
+    On a cluster where no worker declares an I/O node, ``choose`` picks them:
+    the workers with resource ``io``; else, on several hosts, the first worker
+    of each host; else the first half of the workers by address. They get the
+    resources ``io-K`` (and ``io-auto``), and a warning says which.
 
     Examples
     --------
@@ -565,6 +626,9 @@ def discover_workers(client: Any) -> tuple[list[str], list[str]]:
     """
     # a fresh query: Client.scheduler_info() may return a cache without workers
     info = client.sync(client.scheduler.identity, n_workers=-1).get("workers", {})
+    if choose and not any(_declares_ionode(w) for w in info.values()):
+        if _choose_ionodes(client, info):
+            return discover_workers(client, choose=False)
     io: dict[int, str] = {}
     compute = []
     for addr, w in info.items():
@@ -584,3 +648,8 @@ def discover_workers(client: Any) -> tuple[list[str], list[str]]:
     if sorted(io) != list(range(len(io))):
         raise ClusterError(f"I/O nodes must be numbered 0..n-1, found {sorted(io)}")
     return [io[k] for k in range(len(io))], sorted(compute)
+
+
+def _declares_ionode(w: dict[str, Any]) -> bool:
+    names = [*w.get("resources", {}), str(w.get("name", ""))]
+    return any(ionode_number(n) is not None for n in names)

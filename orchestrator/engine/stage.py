@@ -32,7 +32,7 @@ from ..plan import Plan
 from ..policies import get_policy, schedule
 from ..transfers import TransferSet
 from .backends import MANIFEST_VERSION, get_backend, is_checkpoint
-from .cluster import IOCluster, local_cluster
+from .cluster import IOCluster, ionode_rule, local_cluster
 from .commit import commit
 from .cuts import describe_contributions, describe_held, expand_rows
 from .dispatch import Staged, StageError, dispatch, fill_pieces, stop
@@ -485,6 +485,9 @@ def write_stage(
         manifest = _manifest(backend.name, staged, plan, trace, sums, opts.policy, opts.strategy)
         if opts.attrs:
             manifest["attrs"] = {str(k): dict(v) for k, v in opts.attrs.items()}
+        rule = ionode_rule(cl.client)
+        if rule != "declared":  # we chose the I/O workers of a cluster that named none
+            manifest["ionodes"] = {"chosen": rule, "n": cl.n_ionodes}
         with _storage_errors(f"writing the manifest of {tmp.name}"):
             backend.finish(tmp, manifest)
         _check_replaceable(target, opts.overwrite)  # again: it may have changed meanwhile
