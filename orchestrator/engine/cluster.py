@@ -130,8 +130,8 @@ class IOCluster:
         want = len(self.ionodes)
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                ionodes, compute = discover_workers(self.client)
+            try:  # the I/O workers come back as they were: none is chosen anew
+                ionodes, compute = discover_workers(self.client, choose=False)
             except ClusterError:
                 ionodes, compute = [], []
             if len(ionodes) >= want or time.monotonic() > deadline:
@@ -562,6 +562,8 @@ def connect(
 AUTO_RESOURCE = "io-auto"
 #: how the I/O workers of a scheduler (by address) were chosen, when we chose them
 _RULES: dict[str, str] = {}
+#: schedulers whose workers declared I/O nodes themselves (by address)
+_DECLARED: set[str] = set()
 
 
 def ionode_rule(client: Any) -> str:
@@ -626,9 +628,12 @@ def discover_workers(client: Any, choose: bool = True) -> tuple[list[str], list[
     """
     # a fresh query: Client.scheduler_info() may return a cache without workers
     info = client.sync(client.scheduler.identity, n_workers=-1).get("workers", {})
-    if choose and not any(_declares_ionode(w) for w in info.values()):
-        if _choose_ionodes(client, info):
-            return discover_workers(client, choose=False)
+    where = str(client.scheduler.address)
+    if any(_declares_ionode(w) for w in info.values()):
+        _DECLARED.add(where)
+    # never on a cluster seen with declared I/O workers: they may all be restarting
+    elif choose and where not in _DECLARED and _choose_ionodes(client, info):
+        return discover_workers(client, choose=False)
     io: dict[int, str] = {}
     compute = []
     for addr, w in info.items():
