@@ -35,6 +35,7 @@ from orchestrator.engine.storage import (
     Writer,
     stripe_meta,
 )
+from orchestrator.errors import CheckpointError
 from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
 
@@ -408,10 +409,26 @@ class HDF5SubfileBackend(HDF5Backend):
     def read_manifest(self, path: Path) -> dict[str, Any]:
         return super().read_manifest(path / self.MASTER)
 
+    def _require_subfiles(self, path: Path, f: Any) -> None:
+        """Refuse a master whose subfiles are not all there: h5py reads the stripes of a
+        missing one as the fill value, silently (h5dump too)."""
+        try:
+            manifest = json.loads(f.attrs[MANIFEST_ATTR])
+            n = max(int(d.get("n_ionodes", 1)) for d in manifest["datasets"].values())
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return  # a damaged manifest: read_checked_manifest says what is wrong
+        missing = [f"io-{k}.h5" for k in range(n) if not (path / f"io-{k}.h5").is_file()]
+        if missing:
+            raise CheckpointError(
+                f"{path}: subfile(s) {', '.join(missing)} missing; h5py alone would read "
+                "their stripes as the fill value"
+            )
+
     def read_bytes(self, path: Path, dataset: str, offset: int, nbytes: int) -> bytes:
         import h5py
 
         with h5py.File(path / self.MASTER, "r") as f:
+            self._require_subfiles(path, f)
             ds = f[dataset]
             rb = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
             r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
@@ -420,6 +437,10 @@ class HDF5SubfileBackend(HDF5Backend):
         return raw[skip : skip + nbytes].tobytes()
 
     def open(self, path: Path) -> dict[str, Any]:
+        import h5py
+
+        with h5py.File(path / self.MASTER, "r") as f:
+            self._require_subfiles(path, f)
         return super().open(path / self.MASTER)
 
 

@@ -135,6 +135,19 @@ def test_an_exact_fill_value_reads_back(cluster, tmp_path, fmt):
     assert got[:2].tolist() == [1.0, 1.0] and np.isnan(got[2:]).all()
 
 
+@pytest.mark.parametrize("fmt", ["hdf5-vds", "hdf5-chunked"])
+def test_a_master_without_a_subfile_is_refused(cluster, tmp_path, fmt):
+    """h5py and h5dump read a missing subfile's stripes as the fill value, silently (issue 15)."""
+    from orchestrator.errors import CheckpointError
+
+    target = tmp_path / "ck"
+    orc.write_stage(target, _one(n=64), format=fmt, stripe_bytes=64)
+    (target / "io-1.h5").unlink()
+    with pytest.raises(CheckpointError, match="io-1.h5 missing"):
+        orc.open_checkpoint(target, verify=False)
+    assert any("io-1.h5 missing" in line for line in orc.verify(target))
+
+
 # ---------------------------------------------------------------- 7: no symlink is followed
 def test_output_files_never_follow_a_planted_symlink(tmp_path):
     outside = tmp_path / "outside.txt"
