@@ -143,7 +143,7 @@ def test_a_master_without_a_subfile_is_refused(cluster, tmp_path, fmt):
     target = tmp_path / "ck"
     orc.write_stage(target, _one(n=64), format=fmt, stripe_bytes=64)
     (target / "io-1.h5").unlink()
-    with pytest.raises(CheckpointError, match="io-1.h5 missing"):
+    with pytest.raises(CheckpointError, match=r"io-1\.h5 missing"):
         orc.open_checkpoint(target, verify=False)
     assert any("io-1.h5 missing" in line for line in orc.verify(target))
 
