@@ -186,7 +186,7 @@ def infer_spec(
     Examples
     --------
     >>> infer_spec("u", [(2, (2, 3), "<f8", 4), (1, (1, 3), "<f4", 1)], None)
-    DatasetSpec(name='u', shape=(5, 3), dtype=dtype('float64'), fill_value=0)
+    DatasetSpec(name='u', shape=(5, 3), dtype=dtype('float64'), fill_value=0.0)
     """
     row_shapes = {tuple(p[1][1:]) for p in parts}
     if len(row_shapes) > 1:
