@@ -61,6 +61,21 @@ def check_input_file(
     return int(st.st_size)
 
 
+def _check_replaceable_file(path: Path) -> None:
+    """Refuse to rename an output over anything but a file or a link: a device, a FIFO or a
+    folder at ``path`` would be replaced (as root, ``--out /dev/full`` replaced the
+    machine's /dev/full with a CSV file)."""
+    from .errors import InputError
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise InputError(f"output {path} is {kind}; it is not replaced")
+
+
 #: a test's hook, called as soon as a temporary file exists (it may send this process a
 #: signal there, as a Ctrl-C can land at any instruction)
 created_hook: Callable[[Path], None] | None = None
@@ -84,6 +99,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     'a,b\\n'
     """
     path = Path(path)
+    _check_replaceable_file(path)
     tmp: Path | None = None
     try:
         # created here, exclusively, under a name no one can guess: a symlink planted at a
@@ -101,6 +117,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             tmp = Path(name)
         yield tmp
         os.chmod(tmp, 0o666 & ~umask())  # a new file's usual mode, not mkstemp's 0600
+        _check_replaceable_file(path)  # again: it may have appeared meanwhile
         os.replace(tmp, path)
     finally:
         if tmp is not None:

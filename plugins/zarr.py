@@ -183,6 +183,8 @@ class ZarrBackend(Backend):
 
     name = "zarr"
     suffix = ".zarr"
+    #: zarr-python reads a big-endian array back in this machine's order (see write_stage)
+    native_byte_order_only = True
 
     def guess_can_open(self, path: Path) -> bool:
         """A folder holding a Zarr v3 group's ``zarr.json``."""

@@ -797,3 +797,20 @@ def test_peak_rss_is_the_workers_own_not_its_parents_at_spawn():
         (peak,) = ionode_peak_rss(cl)
     del ballast
     assert 16 << 20 < peak < 300 << 20, peak
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "hdf5-vds", "zarr"])
+def test_one_io_node_writes_pieces_that_span_its_stripes(tmp_path, fmt):
+    """With one I/O node every stripe is its own, so a writer's rows make one piece over
+    many stripes; sent or written directly, each stripe is checksummed alone (this failed
+    as 'piece at byte 0 (+16777216) crosses a stripe' in iorch run bips3d --ionodes 1)."""
+    datasets, truth = _case(seed=5)
+    with local_cluster(n_ionodes=1, n_compute=1) as one:
+        for direct in (True, False):
+            target = tmp_path / f"one-{direct}"
+            res = write_stage(
+                target, datasets, format=fmt, cluster=one, stripe_bytes=4096, direct=direct
+            )
+            assert verify(target) == [], (fmt, direct)
+            assert np.array_equal(_read(fmt, target)["u"], truth)
+            assert res.trace.nbytes.sum() == truth.nbytes + 3000 * 4  # u and ids

@@ -117,6 +117,8 @@ def test_dataset_names_no_format_can_hold_are_refused(name):
         ("f8", "abc", "fill_value 'abc' is not a value of float64"),
         ("f8", [1, 2], "must be one value"),
         ("U10", 0, "dtype <U10 is not supported yet"),
+        ("f16", 0, "float128 is not supported yet"),
+        ("u8", 2**64, "is not a value of uint64"),  # was a raw OverflowError
         ([("a", "i4"), ("b", "f8")], 0, "is not supported yet"),
     ],
 )
@@ -133,6 +135,29 @@ def test_an_exact_fill_value_reads_back(cluster, tmp_path, fmt):
     orc.write_stage(target, {"u": (spec, [part])}, format=fmt, allow_missing=True)
     got = orc.open_checkpoint(target)["u"]
     assert got[:2].tolist() == [1.0, 1.0] and np.isnan(got[2:]).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    # a NUL was a raw ValueError that left a stray '.a' file; 300 characters an OSError
+    [("a\0b.h5", "holds a NUL"), ("x" * 300 + ".h5", "longer than 237 bytes"), ("", "non-empty")],
+)
+def test_targets_no_file_system_takes_are_refused_before_writing(cluster, tmp_path, name, message):
+    target = str(tmp_path / name) if name else name
+    with pytest.raises(StorageError, match=message):
+        orc.write_stage(target, _one(), cluster=cluster)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_zarr_refuses_a_byte_order_it_reads_back_otherwise(cluster, tmp_path):
+    """A big-endian Zarr checkpoint committed and then failed its own verify (probe)."""
+    spec = DatasetSpec("u", (4,), ">i4")
+    parts = [Contribution(0, np.arange(4), np.arange(4, dtype=">i4"))]
+    with pytest.raises(StorageError, match="byte order"):
+        orc.write_stage(tmp_path / "be.zarr", {"u": (spec, parts)}, format="zarr")
+    orc.write_stage(tmp_path / "be.h5", {"u": (spec, parts)}, format="hdf5")  # HDF5 keeps it
+    assert orc.verify(tmp_path / "be.h5") == []
+    assert orc.open_checkpoint(tmp_path / "be.h5")["u"].tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("fmt", ["hdf5-vds", "hdf5-chunked"])
@@ -211,6 +236,21 @@ def test_benchmark_outputs_never_follow_a_planted_symlink(cluster, tmp_path):
             p = tmp_path / folder / name
             assert not p.is_symlink() or os.readlink(p) == str(outside)
     assert json.loads((tmp_path / "wb" / "results.json").read_text())["rows"]
+
+
+def test_an_output_path_holding_a_fifo_or_a_folder_is_not_replaced(tmp_path):
+    """As root, ``to_csv('/dev/full')`` replaced the machine's /dev/full with a CSV file
+    (hostile probe); a FIFO or a folder went the same way."""
+    from orchestrator.errors import InputError
+
+    fifo, folder = tmp_path / "fifo", tmp_path / "folder"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for where, kind in ((fifo, "not a regular file"), (folder, "a folder")):
+        with pytest.raises(InputError, match=kind):
+            orc.TransferSet([0], [0], [10]).to_csv(where)
+    assert fifo.is_fifo() and folder.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "folder"]
 
 
 def test_a_failed_atomic_write_leaves_nothing(tmp_path):

@@ -180,6 +180,21 @@ def _place(
     return futures, addrs, source
 
 
+def _cut_at_stripes(
+    offset: np.ndarray, nbytes: np.ndarray, stripe: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces ``[offset, offset + nbytes)`` cut where stripes of ``stripe`` bytes begin:
+    for each part, the index of its piece, its offset and its size (in order)."""
+    first = offset // stripe
+    count = (offset + nbytes - 1) // stripe - first + 1
+    idx = np.repeat(np.arange(offset.size), count)
+    k = np.arange(idx.size) - np.repeat(np.cumsum(count) - count, count)
+    s = first[idx] + k
+    lo = np.maximum(offset[idx], s * stripe)
+    hi = np.minimum(offset[idx] + nbytes[idx], (s + 1) * stripe)
+    return idx, lo.astype(np.int64), (hi - lo).astype(np.int64)
+
+
 def program_of(
     staged: Staged,
     plan: Plan,
@@ -204,11 +219,17 @@ def program_of(
     """
     pd, po, pn, pt, pc = [], [], [], [], []
     for d, (part, base) in enumerate(zip(staged.parts, staged.first_transfer, strict=True)):
-        pd.append(np.full(part.n_pieces, d, dtype=np.int64))
-        po.append(part.piece_offset)
-        pn.append(part.piece_nbytes)
-        pt.append(part.piece_transfer + base)
-        pc.append(part.piece_client)
+        # a piece may run over several stripes of one I/O node (one I/O node, or stripes
+        # that come back to it): the writers checksum stripe by stripe, so every range
+        # they get lies in one stripe (one I/O node failed any stage past a stripe: probe)
+        idx, off, nb = _cut_at_stripes(
+            part.piece_offset, part.piece_nbytes, part.layout.stripe_bytes
+        )
+        pd.append(np.full(idx.size, d, dtype=np.int64))
+        po.append(off)
+        pn.append(nb)
+        pt.append(part.piece_transfer[idx] + base)
+        pc.append(part.piece_client[idx])
     ranges, ptr = unit_ranges(
         np.concatenate(pd),
         np.concatenate(po),

@@ -349,6 +349,19 @@ def _check_replaceable(target: Path, overwrite: bool) -> None:
         )
 
 
+def _check_target(target: Any) -> Path:
+    """The target as a path, or a StorageError naming what no file system takes."""
+    if not isinstance(target, str | os.PathLike) or not str(target).strip():
+        raise StorageError(f"target must be a non-empty path, got {target!r}")
+    path = Path(target)
+    if "\0" in str(path):  # cut there by the C library: a stray '.a' was left (probe)
+        raise StorageError(f"target {str(path)!r} holds a NUL")
+    # the temporary output is named .<name>.tmp-<12 hex>: 18 bytes more, within 255
+    if len(os.fsencode(path.name)) > 255 - 18:
+        raise StorageError(f"target name {path.name[:40]!r}... is longer than 237 bytes")
+    return path
+
+
 def write_stage(
     target: str | os.PathLike[str],
     datasets: Mapping[str, tuple[DatasetSpec, Sequence[Contribution | Described | Any]]],
@@ -408,10 +421,19 @@ def write_stage(
     []
     """
     t_start = time.perf_counter()
-    target = Path(target)
+    target = _check_target(target)
     opts = (options or WriteOptions()).updated(**changes) if changes else options or WriteOptions()
     backend = get_backend(opts.format)
     _check_datasets(datasets)
+    if getattr(backend, "native_byte_order_only", False):
+        for spec, _ in datasets.values():
+            if spec.dtype.byteorder not in "=|" and spec.dtype != spec.dtype.newbyteorder("="):
+                # Zarr read the bytes back in this machine's order: its own verify failed
+                raise StorageError(
+                    f"dataset {spec.name!r}: dtype {spec.dtype.str} is not in this machine's "
+                    f"byte order, which {opts.format} needs here; give "
+                    f"{spec.dtype.newbyteorder('=').str} (the values are the same)"
+                )
     _check_replaceable(target, opts.overwrite)
     if not target.parent.is_dir():
         raise StorageError(f"directory {target.parent} does not exist")
