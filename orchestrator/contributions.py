@@ -496,6 +496,8 @@ def check_attrs(attrs: Any) -> None:
                 f"attrs[{where!r}] must be a mapping of names to values, got {group!r}"
             )
         for name, value in group.items():
+            if name == "io_orchestrator_manifest":  # it went into the manifest, not stored
+                raise ContributionError(f"attrs[{where!r}]: {name!r} is reserved for the manifest")
             if not isinstance(name, str) or not name or "\0" in name or not _utf8(name):
                 raise ContributionError(
                     f"attrs[{where!r}]: name {name!r} must be a non-empty UTF-8 string without NUL"

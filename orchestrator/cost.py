@@ -189,7 +189,7 @@ class CostModel:
         """
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, RecursionError) as err:  # nested 100,000 deep: Recursion
             raise CostModelError(f"cost model is not valid JSON: {err}") from None
         return cls.from_dict(data)
 

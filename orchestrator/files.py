@@ -49,12 +49,14 @@ def check_input_file(
     """
     from .limits import check_memory
 
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
+        raise error(f"{what} must be a non-empty path, got {path!r}")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         raise error(f"{what} {path} does not exist") from None
-    except OSError as err:
-        raise error(f"{what} {path} cannot be read: {err.strerror}") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the path
+        raise error(f"{what} {path!r} cannot be read: {getattr(err, 'strerror', err)}") from None
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{what} {path} is not a regular file")
     check_memory(per_byte * st.st_size, f"{what} {path} ({st.st_size:,} bytes) and its rows", error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,8 +216,12 @@ class TransferSet:
         2
         """
         check_input_file(path, "transfers", TransferSetError, per_byte=4)
-        with np.load(path) as data:
-            return cls.from_arrays(data, **kwargs)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in ("client", "ionode", "nbytes") if k in data}
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # not an .npz of ours
+            raise TransferSetError(f"{path}: not a transfers .npz file ({err})") from None
+        return cls.from_arrays(arrays, **kwargs)
 
     def save_npz(self, path: str | os.PathLike[str]) -> None:
         """Write the three columns to ``path`` (NumPy ``.npz``); see :meth:`load_npz`."""
@@ -237,9 +242,9 @@ class TransferSet:
         >>> TransferSet.from_csv(p).nbytes.tolist()
         [4096, 100]
         """
-        path = Path(path)
         # a row of ~15 characters becomes three Python ints in lists (~100 bytes)
         check_input_file(path, "transfers", TransferSetError, per_byte=10)
+        path = Path(path)
         cols: dict[str, list[int]] = {"client": [], "ionode": [], "nbytes": []}
         lines: list[int] = []  # file line of each row (blank lines are skipped)
         try:

@@ -352,3 +352,58 @@ def test_malformed_stage_input_is_named_before_any_cluster_starts(tmp_path, data
     with pytest.raises(ContributionError, match=message):
         orc.write_stage(tmp_path / "x.h5", datasets)  # no cluster: it would start one
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the second hostile probe
+def _refused(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_front_doors_refuse_what_the_second_probe_found():
+    """Each was a raw TypeError, ValueError, AssertionError, RecursionError or a hang."""
+    from orchestrator.engine.cluster import connect
+    from orchestrator.errors import CaptureError, CheckpointError, ClusterError, CostModelError
+    from orchestrator.frontends.capturing import CapturedFile
+    from orchestrator.frontends.intercept import render_target
+
+    for address in ("", "nonsense", "tls://127.0.0.1:99999", 5):
+        _refused(lambda a=address: connect(a), ClusterError, "scheduler address")
+    _refused(lambda: connect("tcp://127.0.0.1:1", security="yes"), ClusterError, "security")
+    _refused(lambda: connect(scheduler_file="/dev/zero"), ClusterError, "not a regular file")
+    for kw, what in (
+        ({"n_ionodes": 2.5}, "n_ionodes"),
+        ({"n_ionodes": 10**4}, "worker processes"),  # a million grew to 1.5 GB, then more
+        ({"memory_limit": "lots"}, "memory_limit"),
+        ({"threads_per_compute": 0}, "threads_per_compute"),
+        ({"io_env": {"A\0": "x"}}, "io_env"),
+        ({"security": "maybe"}, "security"),
+    ):
+        _refused(lambda kw=kw: local_cluster(**kw), ClusterError, what)
+    for path in ("", None, 5, b"x"):
+        _refused(lambda p=path: orc.verify(p), CheckpointError, "non-empty path")
+        _refused(lambda p=path: orc.open_checkpoint(p), CheckpointError, "non-empty path")
+    _refused(lambda: orc.latest_checkpoint("x*", skipped=5), CheckpointError, "skipped")
+    _refused(lambda: orc.latest_checkpoint("x*", verify="yes"), CheckpointError, "verify")
+    _refused(lambda: orc.TransferSet.from_csv(None), orc.TransferSetError, "non-empty path")
+    f = CapturedFile("x.h5")
+    for shape in ((2.7,), ("3",), True, 2.0):  # (2.7,) made two rows, silently
+        _refused(lambda s=shape: f.create_dataset("u", shape=s), CaptureError, "shape")
+    _refused(lambda: f.create_dataset(None, shape=(2,)), CaptureError, "name")
+    _refused(lambda: f.create_dataset("u", shape=(2,), dtype="bogus"), CaptureError, "bogus")
+    deep = "[" * 100_000 + "]" * 100_000
+    _refused(lambda: orc.CostModel.from_json(deep), CostModelError, "not valid JSON")
+    _refused(lambda: render_target("ck/{step}.h5", step="a\nb"), ContributionError, "control")
+    _refused(
+        lambda: orc.WriteOptions(attrs={"": {"io_orchestrator_manifest": 1}}),
+        ContributionError,
+        "reserved",
+    )
+
+
+def test_an_npz_that_is_not_ours_is_named(tmp_path):
+    text, objects = tmp_path / "t.npz", tmp_path / "o.npz"
+    text.write_text("client,ionode,nbytes\n")
+    np.savez(objects, client=np.array([None]), ionode=np.array([0]), nbytes=np.array([1]))
+    for path in (text, objects):  # numpy's own ValueError about pickles, before
+        _refused(lambda p=path: orc.TransferSet.load_npz(p), orc.TransferSetError, "not a")

@@ -54,7 +54,10 @@ def run_bips3d(
     ionodes: IONodesOpt = None,
     stripe: Annotated[str, typer.Option(help="Stripe size of the I/O nodes' layout.")] = "1MiB",
     repeat: Annotated[int, typer.Option(min=1, help="Runs per method (median is shown).")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of METIS, generated meshes and 'random'.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(min=0, max=2**31 - 1, help="Seed of METIS, generated meshes and 'random'."),
+    ] = 0,
     out: Annotated[Path, typer.Option(help="Output folder (dumps, plots, results.json).")] = Path(
         "out/bips3d"
     ),

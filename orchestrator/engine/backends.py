@@ -24,6 +24,7 @@ __all__ = [
     "backend_names",
     "backend_ref",
     "check_manifest",
+    "checkpoint_path",
     "format_of",
     "get_backend",
     "is_checkpoint",
@@ -258,6 +259,25 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     return manifest
 
 
+def checkpoint_path(path: Any) -> Path:
+    """``path`` as a Path, or a CheckpointError: ``""`` would be the current folder.
+
+    Examples
+    --------
+    >>> checkpoint_path("ck.h5")
+    PosixPath('ck.h5')
+    >>> checkpoint_path("")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.CheckpointError: a checkpoint path must be a non-empty path, got ''
+    """
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
+        raise CheckpointError(f"a checkpoint path must be a non-empty path, got {path!r}")
+    if "\0" in os.fspath(path):
+        raise CheckpointError(f"checkpoint path {os.fspath(path)!r} holds a NUL")
+    return Path(path)
+
+
 def read_checked_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of the committed target at ``path``, checked (:func:`check_manifest`).
 
@@ -271,7 +291,7 @@ def read_checked_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     ...
     orchestrator.errors.CheckpointError: no/such.h5 does not exist
     """
-    path = Path(path)
+    path = checkpoint_path(path)
     try:
         manifest = get_backend(format_of(path)).read_manifest(path)
     except CheckpointError:

@@ -19,7 +19,7 @@ import dask
 
 from .. import defaults
 from ..errors import ClusterError
-from ..files import signals_deferred
+from ..files import check_input_file, signals_deferred
 from .security import load_credentials, new_security, publish_credentials, withdraw_credentials
 
 __all__ = [
@@ -363,6 +363,63 @@ def _embedded_cluster_class() -> type:
     return EmbeddedCluster
 
 
+#: memory a worker process and its Nanny take before any data (measured: 110-150 MB)
+WORKER_OVERHEAD = 160 << 20
+
+
+def _check_local_options(
+    n_ionodes: Any,
+    n_compute: Any,
+    threads: Any,
+    memory_limit: Any,
+    compute_memory: Any,
+    io_env: Any,
+    security: Any,
+) -> None:
+    """Refuse what would start no cluster, or more worker processes than memory holds."""
+    from ..checks import is_int
+    from ..limits import check_memory
+
+    if not is_int(n_ionodes, 1, 1 << 16) or not is_int(n_compute, 0, 1 << 16):
+        raise ClusterError(
+            f"need n_ionodes >= 1 and n_compute >= 0 (whole numbers), got {n_ionodes!r}, "
+            f"{n_compute!r}"
+        )
+    if not is_int(threads, 1, 1 << 12):
+        raise ClusterError(f"threads_per_compute must be a whole number >= 1, got {threads!r}")
+    # a million I/O nodes grew to 1.5 GB before a single worker started (probe)
+    check_memory(
+        (n_ionodes + n_compute) * WORKER_OVERHEAD,
+        f"{n_ionodes} I/O and {n_compute} compute worker processes",
+        ClusterError,
+    )
+    from dask.utils import parse_bytes
+
+    for name, value in (("memory_limit", memory_limit), ("compute_memory", compute_memory)):
+        if value is None or value == "auto" or is_int(value, 0):
+            continue
+        try:
+            ok = isinstance(value, str) and parse_bytes(value) >= 0
+        except (ValueError, TypeError):
+            ok = False
+        if not ok:
+            raise ClusterError(f"{name} must be 'auto', a number of bytes or a size, got {value!r}")
+    if io_env is not None and (
+        not isinstance(io_env, dict)
+        or not all(isinstance(k, str) and k and "\0" not in k and "=" not in k for k in io_env)
+        or not all(isinstance(v, str) and "\0" not in v for v in io_env.values())
+    ):
+        raise ClusterError(f"io_env must map variable names to strings, got {io_env!r}")
+    if not (
+        isinstance(security, bool)
+        or security is None
+        or hasattr(security, "get_tls_config_for_role")
+    ):
+        raise ClusterError(
+            f"security must be True, False, None or a distributed.Security, got {security!r}"
+        )
+
+
 def local_cluster(
     n_ionodes: int = defaults.N_IONODES,
     n_compute: int = defaults.N_COMPUTE,
@@ -396,8 +453,9 @@ def local_cluster(
     """
     from distributed import Client, Nanny, Scheduler
 
-    if n_ionodes < 1 or n_compute < 0:
-        raise ClusterError(f"need n_ionodes >= 1 and n_compute >= 0, got {n_ionodes}, {n_compute}")
+    _check_local_options(
+        n_ionodes, n_compute, threads_per_compute, memory_limit, compute_memory, io_env, security
+    )
     sec = new_security() if security is True else (security or None)
     common: dict[str, Any] = {
         "host": LOOPBACK,
@@ -487,6 +545,25 @@ def local_cluster(
     return IOCluster(client, found[0], found[1], _owned=cluster, security=sec, _published=published)
 
 
+def _check_address(address: Any) -> None:
+    """A Dask address ``[scheme://]host:port``, or a ClusterError naming it."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        if not isinstance(address, str) or not address.strip():
+            raise ValueError
+        scheme, loc = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            _, port = parse_host_port(loc)
+            if not 0 < int(port) < 65536:
+                raise ValueError
+    except (ValueError, TypeError, AssertionError):  # Dask's errors for a malformed address
+        raise ClusterError(
+            f"scheduler address {address!r} is not [tcp:// or tls://]host:port"
+        ) from None
+
+
 def scheduler_address(scheduler_file: str, timeout: float = 60.0) -> str:
     """The address a Dask scheduler file names (waiting up to ``timeout`` s for the file).
 
@@ -503,6 +580,8 @@ def scheduler_address(scheduler_file: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while not os.path.exists(scheduler_file) and time.monotonic() < deadline:
         time.sleep(0.2)
+    # a FIFO blocked for ever, /dev/zero read until memory ran out (probe)
+    check_input_file(scheduler_file, "scheduler file", ClusterError, per_byte=4)
     try:
         with open(scheduler_file) as f:
             address = json.load(f)["address"]
@@ -532,7 +611,10 @@ def connect(
 
     if (address is None) == (scheduler_file is None):
         raise ClusterError("give exactly one of address and scheduler_file")
+    if security is not None and not hasattr(security, "get_tls_config_for_role"):
+        raise ClusterError(f"security must be a distributed.Security or None, got {security!r}")
     where = address if address is not None else scheduler_address(str(scheduler_file))
+    _check_address(where)
     if security is None:
         security = load_credentials(where)
     if security is None and str(where).startswith("tls://"):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..contributions import DatasetSpec
-from .backends import format_of, get_backend, read_checked_manifest
+from .backends import checkpoint_path, format_of, get_backend, read_checked_manifest
 from .checksums import stripe_checksum
 
 __all__ = ["open_datasets", "verify"]
@@ -55,7 +55,7 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     ...
     orchestrator.errors.CheckpointError: no-such-checkpoint.h5 does not exist
     """
-    path = Path(path)
+    path = checkpoint_path(path)  # "" would be the current folder
     manifest = read_checked_manifest(path)  # a malformed manifest is a CheckpointError
     fmt = format_of(path)
     backend = get_backend(fmt)

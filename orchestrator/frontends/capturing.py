@@ -68,6 +68,19 @@ class _Attrs(dict[str, Any]):
         super().__setitem__(key, value)
 
 
+def _spec(call: str, name: str, shape: Any, dtype: Any) -> DatasetSpec:
+    """A dataset's shape and dtype checked as every stage checks them (``(2.7,)`` made two
+    rows, ``"bogus"`` a TypeError), refused as a CaptureError naming the call."""
+    if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+        shape = (shape,)
+    elif not isinstance(shape, tuple | list):
+        raise CaptureError(f"{call}: shape {shape!r} is not a tuple of whole numbers")
+    try:
+        return DatasetSpec(name, tuple(shape), np.float64 if dtype is None else dtype)
+    except ContributionError as err:
+        raise CaptureError(f"{call}: {err}") from None
+
+
 def _describe_key(key: Any) -> str:
     if not isinstance(key, tuple):
         key = (key,)
@@ -214,6 +227,8 @@ class CapturedFile:
         >>> f.create_dataset("u", shape=(4, 2), dtype="f4", chunks=True)
         <captured dataset "u": shape (4, 2), type "<f4">
         """
+        if not isinstance(name, str):
+            raise CaptureError(f"create_dataset: name must be a string, got {name!r}")
         name = name.strip("/")
         if name in self._datasets:
             raise CaptureError(f"create_dataset({name!r}): a dataset of that name exists")
@@ -227,8 +242,8 @@ class CapturedFile:
             dtype = arr.dtype if dtype is None else dtype
         if shape is None:
             raise CaptureError(f"create_dataset({name!r}): give shape or data")
-        shape = (int(shape),) if isinstance(shape, int | np.integer) else tuple(shape)
-        ds = CapturedDataset(name, shape, np.dtype(dtype) if dtype is not None else np.float64)
+        spec = _spec(f"create_dataset({name!r})", name, shape, dtype)
+        ds = CapturedDataset(name, spec.shape, spec.dtype)
         self._datasets[name] = ds
         if data is not None:
             ds[...] = data
@@ -240,10 +255,13 @@ class CapturedFile:
 
     def require_dataset(self, name: str, shape: Any, dtype: Any, **kw: Any) -> CapturedDataset:
         """As ``h5py.Group.require_dataset``."""
+        if not isinstance(name, str):
+            raise CaptureError(f"require_dataset: name must be a string, got {name!r}")
         ds = self._datasets.get(name.strip("/"))
         if ds is None:
             return self.create_dataset(name, shape=shape, dtype=dtype, **kw)
-        if ds.shape != tuple(shape) or ds.dtype != np.dtype(dtype):
+        spec = _spec(f"require_dataset({name!r})", ds.name, shape, dtype)
+        if ds.shape != spec.shape or ds.dtype != spec.dtype:
             raise CaptureError(f"require_dataset({name!r}): exists as {ds.shape} {ds.dtype}")
         return ds
 

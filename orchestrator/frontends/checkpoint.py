@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.backends import read_checked_manifest
+from ..engine.backends import checkpoint_path, read_checked_manifest
 from ..errors import CheckpointError
 
 __all__ = ["Checkpoint", "CheckpointError", "latest_checkpoint", "open_checkpoint"]
@@ -86,7 +86,9 @@ def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: boo
     from ..engine.verify import open_datasets
     from ..engine.verify import verify as check  # likewise
 
-    path = Path(path)
+    path = checkpoint_path(path)
+    if not isinstance(verify, bool) or not isinstance(lazy, bool):
+        raise CheckpointError(f"verify and lazy must be True or False, got {verify!r}, {lazy!r}")
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
     manifest = _manifest(path)
@@ -134,6 +136,12 @@ def latest_checkpoint(
         except OSError:  # a dangling link: it sorts, and is skipped below
             return 0.0
 
+    if not isinstance(pattern, str | os.PathLike) or not os.fspath(pattern).strip():
+        raise CheckpointError(f"pattern must be a non-empty path pattern, got {pattern!r}")
+    if not isinstance(verify, bool):
+        raise CheckpointError(f"verify must be True or False, got {verify!r}")
+    if skipped is not None and not isinstance(skipped, list):
+        raise CheckpointError(f"skipped must be a list (to fill) or None, got {skipped!r}")
     candidates = [p for p in glob.glob(os.fspath(pattern)) if not Path(p).name.startswith(".")]
     candidates.sort(key=lambda p: (_natural_key(p), mtime(p)), reverse=True)
     # engine.stage loads the planner (Numba, SciPy) and distributed: not on compute workers

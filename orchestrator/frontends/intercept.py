@@ -137,6 +137,8 @@ def render_target(template: str, **values: Any) -> Path:
             raise bad(f"{key} {value!r} renders as {text!r}, which holds a path separator")
         if "\0" in text:
             raise bad(f"{key} {value!r} renders as {text!r}, which holds a NUL")
+        if not text.isprintable():  # a newline in a file name breaks every listing
+            raise bad(f"{key} {value!r} renders as {text!r}, which holds a control character")
         rendered.append(text)
     path = "".join(rendered)
     # a field cannot add a separator (above), so the two split alike; a component that a
