@@ -394,6 +394,8 @@ def test_front_doors_refuse_what_the_second_probe_found():
     deep = "[" * 100_000 + "]" * 100_000
     _refused(lambda: orc.CostModel.from_json(deep), CostModelError, "not valid JSON")
     _refused(lambda: render_target("ck/{step}.h5", step="a\nb"), ContributionError, "control")
+    _refused(lambda: orc.output_stage(lambda s, r: None, wait="no"), ContributionError, "wait")
+    _refused(lambda: orc.set_default_cluster("x"), ContributionError, "IOCluster")
     _refused(
         lambda: orc.WriteOptions(attrs={"": {"io_orchestrator_manifest": 1}}),
         ContributionError,

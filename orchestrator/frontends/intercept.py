@@ -258,6 +258,10 @@ def set_default_cluster(cluster: Any) -> None:
     --------
     >>> set_default_cluster(None)  # back to the embedded default
     """
+    from ..engine.cluster import IOCluster
+
+    if cluster is not None and not isinstance(cluster, IOCluster):  # "x" was accepted
+        raise ContributionError(f"cluster must be an IOCluster or None, got {cluster!r}")
     with _DEFAULT_LOCK:
         _DEFAULT["cluster"] = cluster
 
@@ -506,6 +510,14 @@ def output_stage(
         )
         if clients is not None and not is_int(clients, 1, 2**63):
             raise ContributionError(f"clients must be an integer >= 1, got {clients!r}")
+        if not isinstance(wait, bool):  # "no" was taken as True
+            raise ContributionError(f"wait must be True or False, got {wait!r}")
+        if shapes is not None and (
+            not isinstance(shapes, Mapping) or not all(isinstance(k, str) for k in shapes)
+        ):
+            raise ContributionError(f"shapes must map dataset names to shapes, got {shapes!r}")
+        if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+            raise ContributionError(f"scheduler must be an address or a file, got {scheduler!r}")
         return OutputStage(f, opts)
 
     return wrap(func) if func is not None else wrap
