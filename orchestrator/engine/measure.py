@@ -47,6 +47,15 @@ _UNITS = {
     "g": 1 << 30,
     "gb": 10**9,
     "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 10**12,
+    "tib": 1 << 40,
+    "p": 1 << 50,
+    "pb": 10**15,
+    "pib": 1 << 50,
+    "e": 1 << 60,  # only to say it is too large ("1EiB" read as "not a number")
+    "eb": 10**18,
+    "eib": 1 << 60,
 }
 
 
@@ -62,7 +71,7 @@ def parse_size(text: str, what: str = "size") -> int:
     ...
     orchestrator.errors.InputError: --stripe '1.2.3' is not a number with a unit such as MiB or GiB
     """
-    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     try:
         number = float(m.group(1)) if m else float("nan")
     except ValueError:
