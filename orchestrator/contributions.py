@@ -104,6 +104,10 @@ class DatasetSpec:
                 f"dataset {self.name!r}: fill_value {self.fill_value!r} must be one value"
             )
         given_fill = 0 if self.fill_value is None else self.fill_value  # None: as h5py, zarr
+        if isinstance(given_fill, str | bytes):  # "1" would be parsed into 1
+            raise ContributionError(
+                f"dataset {self.name!r}: fill_value {given_fill!r} is text, not a {dtype} value"
+            )
         try:  # stored as given or refused, as the values are: NaN into int32 read back -2**31
             fill = cast_exactly(np.asarray(given_fill), dtype, f"dataset {name!r}: fill_value")
         except ContributionError:
@@ -448,6 +452,10 @@ def _name_problem(name: str) -> str:
     return ""
 
 
+#: values in one list attribute (HDF5 keeps attributes in an object header of 64 KiB)
+MAX_ATTR_ITEMS = 4096
+
+
 def _attr_leaves(value: Any) -> list[Any] | None:
     """The scalars of an attribute value (nested lists walked); None if it holds another kind."""
     if isinstance(value, list | tuple):
@@ -533,6 +541,16 @@ def check_attr(what: str, value: Any) -> None:
     for v in leaves:
         if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
             raise ContributionError(f"{what} = {shown}: {v} does not fit 64 bits")
+    ints = [v for v in leaves if isinstance(v, int) and not isinstance(v, bool)]
+    if ints and min(ints) < 0 and max(ints) >= 2**63:  # HDF5 made them floats, Zarr kept them
+        raise ContributionError(f"{what} = {shown}: no 64-bit integer type holds all of them")
+    if isinstance(value, list | tuple) and len(leaves) > MAX_ATTR_ITEMS:
+        # HDF5 keeps an attribute in its object's header, at most 64 KiB: h5py failed at the
+        # commit, after the whole stage was written
+        raise ContributionError(
+            f"{what}: a list of {len(leaves):,} values; an attribute holds at most "
+            f"{MAX_ATTR_ITEMS:,} (store larger arrays as a dataset)"
+        )
         if isinstance(v, str) and ("\0" in v or not _utf8(v)):
             raise ContributionError(f"{what} = {shown}: a string must be UTF-8 without NUL")
     if isinstance(value, list | tuple) and leaves:

@@ -71,9 +71,11 @@ def _check_replaceable_file(path: Path) -> None:
 
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+        if stat.S_ISLNK(mode):  # the link is replaced, not followed; unless it names a
+            mode = os.stat(path).st_mode  # device: as root, /dev/stdout is such a link
+    except FileNotFoundError:  # nothing there, or a dangling link: replaced
         return
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+    if not stat.S_ISREG(mode):
         kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
         raise InputError(f"output {path} is {kind}; it is not replaced")
 

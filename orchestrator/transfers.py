@@ -217,7 +217,12 @@ class TransferSet:
         """
         check_input_file(path, "transfers", TransferSetError, per_byte=4)
         try:
-            with np.load(path, allow_pickle=False) as data:
+            data = np.load(path, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise ValueError("a single array (.npy), not an archive")
+            with data:
+                # a compressed member may unpack to far more than the file's size
+                check_memory(_npz_bytes(data), f"the arrays of {path}", TransferSetError)
                 arrays = {k: data[k] for k in ("client", "ionode", "nbytes") if k in data}
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # not an .npz of ours
             raise TransferSetError(f"{path}: not a transfers .npz file ({err})") from None
@@ -304,6 +309,19 @@ class TransferSet:
             ("client", "ionode", "nbytes"),
             zip(self.client, self.ionode, self.nbytes, strict=True),
         )
+
+
+def _npz_bytes(data: Any) -> int:
+    """Bytes the arrays of an open ``.npz`` archive take once loaded, from their headers."""
+    fmt = np.lib.format
+    total = 0
+    for name in data.zip.namelist():
+        with data.zip.open(name) as member:
+            version = fmt.read_magic(member)
+            reader = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = reader(member)
+            total += int(np.prod(shape, dtype=object)) * dtype.itemsize
+    return total
 
 
 def _count(field: str, column: str, col: npt.NDArray[np.int64], given: int | None) -> int:

@@ -407,7 +407,12 @@ class HDF5SubfileBackend(HDF5Backend):
         fsync_tree(tmp)
 
     def read_manifest(self, path: Path) -> dict[str, Any]:
-        return super().read_manifest(path / self.MASTER)
+        import h5py
+
+        manifest = super().read_manifest(path / self.MASTER)
+        with h5py.File(path / self.MASTER, "r") as f:  # once per read of the manifest,
+            self._require_subfiles(path, f)  # not per stripe (verify reads every stripe)
+        return manifest
 
     def _require_subfiles(self, path: Path, f: Any) -> None:
         """Refuse a master whose subfiles are not all there: h5py reads the stripes of a
@@ -428,7 +433,6 @@ class HDF5SubfileBackend(HDF5Backend):
         import h5py
 
         with h5py.File(path / self.MASTER, "r") as f:
-            self._require_subfiles(path, f)
             ds = f[dataset]
             rb = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
             r0, r1 = offset // rb, -(-(offset + nbytes) // rb)

@@ -251,7 +251,7 @@ class ZarrBackend(Backend):
         import zarr
 
         arr = zarr.open_array(path, path=dataset, mode="r")
-        rb = DatasetSpec(dataset, arr.shape, arr.dtype).row_bytes
+        rb = int(np.prod(arr.shape[1:], dtype=np.int64)) * np.dtype(arr.dtype).itemsize
         r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
         raw = np.ascontiguousarray(arr[r0:r1]).reshape(-1).view(np.uint8)
         return raw[offset - r0 * rb : offset - r0 * rb + nbytes].tobytes()

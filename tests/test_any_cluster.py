@@ -10,7 +10,7 @@ from distributed import Client, LocalCluster
 
 import orchestrator as orc
 from orchestrator.contributions import Contribution, DatasetSpec
-from orchestrator.engine.cluster import ionode_rule
+from orchestrator.engine.cluster import discover_workers, ionode_rule
 from plugins.hdf5 import MANIFEST_ATTR
 
 
@@ -28,6 +28,9 @@ def _datasets():
 
 def test_a_plain_local_cluster_gets_io_nodes_said_in_the_manifest(tmp_path, caplog):
     with _plain() as lc, Client(lc) as user:
+        # refresh() never chooses: a cluster whose I/O workers are restarting must wait
+        with pytest.raises(orc.ClusterError, match="no I/O workers"):
+            discover_workers(user, choose=False)
         cl = orc.connect(lc.scheduler_address)
         try:
             assert len(cl.ionodes) == 2 and len(cl.compute) == 2

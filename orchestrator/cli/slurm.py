@@ -280,7 +280,7 @@ def script_cmd(
     try:
         with atomic_path(kept) as tmp:  # a link planted at the job's name is not followed
             tmp.write_text(text)
-    except OSError as e:
+    except (OSError, InputError) as e:  # the job runs anyway: say where the script is not
         err.print(f"submitted, but the script could not be kept in {kept}: {e}")
         return
     err.print(f"submitted; script kept in {kept}; follow it with `iorch slurm status {job}`")

@@ -347,13 +347,17 @@ def _check_entries(folder: Path) -> None:
     """
     import stat
 
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder):  # links to folders are not walked into
         for entry in (*dirs, *files):
             p = os.path.join(root, entry)
-            mode = os.lstat(p).st_mode
+            try:  # a link counts as what it names (git-annex and DVC keep files as links)
+                mode = os.stat(p).st_mode
+            except OSError as err:  # dangling, a loop, or gone meanwhile
+                raise StorageError(f"{p} cannot be read ({err.strerror})") from None
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                kind = "a link" if stat.S_ISLNK(mode) else "neither a file nor a folder"
-                raise StorageError(f"{p} is {kind}; a checkpoint holds only files and folders")
+                raise StorageError(
+                    f"{p} is neither a file nor a folder; a checkpoint holds only those"
+                )
 
 
 def format_of(path: str | os.PathLike[str]) -> str:

@@ -363,8 +363,9 @@ def _embedded_cluster_class() -> type:
     return EmbeddedCluster
 
 
-#: memory a worker process and its Nanny take before any data (measured: 110-150 MB)
-WORKER_OVERHEAD = 160 << 20
+#: memory a worker process and its Nanny take for themselves, counted low (110-150 MB of
+#: RSS measured, part of it shared): only what cannot start at all is refused
+WORKER_OVERHEAD = 64 << 20
 
 
 def _check_local_options(
@@ -396,20 +397,27 @@ def _check_local_options(
     from dask.utils import parse_bytes
 
     for name, value in (("memory_limit", memory_limit), ("compute_memory", compute_memory)):
+        # as Dask reads it: "auto", bytes, a size ("2GiB"), or a float in (0, 1] (a share)
         if value is None or value == "auto" or is_int(value, 0):
             continue
         try:
-            ok = isinstance(value, str) and parse_bytes(value) >= 0
+            if isinstance(value, float):
+                ok = 0 < value <= 1 or (value > 1 and value == int(value))
+            else:
+                ok = isinstance(value, str) and parse_bytes(value) >= 0
         except (ValueError, TypeError):
             ok = False
         if not ok:
-            raise ClusterError(f"{name} must be 'auto', a number of bytes or a size, got {value!r}")
+            raise ClusterError(
+                f"{name} must be 'auto', bytes, a size or a share in (0, 1], got {value!r}"
+            )
+    # values as the Nanny passes them, through str()
     if io_env is not None and (
         not isinstance(io_env, dict)
         or not all(isinstance(k, str) and k and "\0" not in k and "=" not in k for k in io_env)
-        or not all(isinstance(v, str) and "\0" not in v for v in io_env.values())
+        or not all(isinstance(v, str | int | float) and "\0" not in str(v) for v in io_env.values())
     ):
-        raise ClusterError(f"io_env must map variable names to strings, got {io_env!r}")
+        raise ClusterError(f"io_env must map variable names to values, got {io_env!r}")
     if not (
         isinstance(security, bool)
         or security is None
@@ -642,9 +650,9 @@ def connect(
 #: a resource of the I/O workers chosen by :func:`discover_workers` on a cluster that
 #: declared none (what chose them is in :func:`ionode_rule`)
 AUTO_RESOURCE = "io-auto"
-#: how the I/O workers of a scheduler (by address) were chosen, when we chose them
+#: how the I/O workers of a scheduler (by its id) were chosen, when we chose them
 _RULES: dict[str, str] = {}
-#: schedulers whose workers declared I/O nodes themselves (by address)
+#: schedulers whose workers declared I/O nodes themselves (by id)
 _DECLARED: set[str] = set()
 
 
@@ -657,7 +665,13 @@ def ionode_rule(client: Any) -> str:
     >>> ionode_rule(cluster.client)  # doctest: +SKIP
     'declared'
     """
-    return _RULES.get(str(client.scheduler.address), "declared")
+    return _RULES.get(_scheduler_id(client), "declared")
+
+
+def _scheduler_id(client: Any, identity: dict[str, Any] | None = None) -> str:
+    """The scheduler's own id: a new cluster on the same port is another one."""
+    identity = identity or client.sync(client.scheduler.identity)
+    return str(identity.get("id") or client.scheduler.address)
 
 
 async def _claim_ionode(k: int, dask_worker: Any) -> None:
@@ -686,7 +700,7 @@ def _choose_ionodes(client: Any, info: dict[str, Any]) -> bool:
         chosen, rule = workers[:n], f"the first {n} of {len(workers)} workers by address"
     for k, addr in enumerate(chosen):
         client.run(_claim_ionode, k, workers=[addr])
-    _RULES[str(client.scheduler.address)] = rule
+    _RULES[_scheduler_id(client)] = rule
     log.warning(
         "no worker declares an I/O node (io-K): I/O nodes 0..%d are %s (%s)",
         len(chosen) - 1,
@@ -709,8 +723,9 @@ def discover_workers(client: Any, choose: bool = True) -> tuple[list[str], list[
     >>> ionodes, compute = discover_workers(client)  # doctest: +SKIP
     """
     # a fresh query: Client.scheduler_info() may return a cache without workers
-    info = client.sync(client.scheduler.identity, n_workers=-1).get("workers", {})
-    where = str(client.scheduler.address)
+    identity = client.sync(client.scheduler.identity, n_workers=-1)
+    info = identity.get("workers", {})
+    where = _scheduler_id(client, identity)
     if any(_declares_ionode(w) for w in info.values()):
         _DECLARED.add(where)
     # never on a cluster seen with declared I/O workers: they may all be restarting

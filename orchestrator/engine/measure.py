@@ -83,7 +83,7 @@ def parse_size(text: str, what: str = "size") -> int:
         raise InputError(f"{what} {text!r} must be at least one byte")
     if value >= 2**63:
         raise InputError(f"{what} {text!r} is beyond any disk (2**63 bytes or more)")
-    if value != int(value) and not m.group(2):  # "1.5" was taken as 1 byte
+    if value != int(value) and m.group(2).lower() in ("", "b"):  # "1.5" was taken as 1 byte
         raise InputError(f"{what} {text!r} is not a whole number of bytes")
     return int(value)
 
