@@ -541,6 +541,8 @@ def check_attr(what: str, value: Any) -> None:
     for v in leaves:
         if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
             raise ContributionError(f"{what} = {shown}: {v} does not fit 64 bits")
+        if isinstance(v, str) and ("\0" in v or not _utf8(v)):
+            raise ContributionError(f"{what} = {shown}: a string must be UTF-8 without NUL")
     ints = [v for v in leaves if isinstance(v, int) and not isinstance(v, bool)]
     if ints and min(ints) < 0 and max(ints) >= 2**63:  # HDF5 made them floats, Zarr kept them
         raise ContributionError(f"{what} = {shown}: no 64-bit integer type holds all of them")
@@ -551,8 +553,6 @@ def check_attr(what: str, value: Any) -> None:
             f"{what}: a list of {len(leaves):,} values; an attribute holds at most "
             f"{MAX_ATTR_ITEMS:,} (store larger arrays as a dataset)"
         )
-        if isinstance(v, str) and ("\0" in v or not _utf8(v)):
-            raise ContributionError(f"{what} = {shown}: a string must be UTF-8 without NUL")
     if isinstance(value, list | tuple) and leaves:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # NumPy's warning for ragged lists
