@@ -17,6 +17,7 @@ from .errors import OrchestratorError
 __all__ = [
     "atomic_path",
     "check_input_file",
+    "check_path",
     "fsync_path",
     "fsync_tree",
     "private_file",
@@ -25,6 +26,25 @@ __all__ = [
     "signals_deferred",
     "umask",
 ]
+
+
+def check_path(path: Any, what: str, error: type[OrchestratorError]) -> Path:
+    """``path`` as a Path, or ``error``: not a path, empty (``""`` is the current folder to
+    ``Path``) or holding a NUL (the C library cuts the name there).
+
+    Examples
+    --------
+    >>> from orchestrator.errors import InputError
+    >>> check_path("", "target", InputError)
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.InputError: target must be a non-empty path, got ''
+    """
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
+        raise error(f"{what} must be a non-empty path, got {path!r}")
+    if "\0" in os.fspath(path):
+        raise error(f"{what} {os.fspath(path)!r} holds a NUL")
+    return Path(path)
 
 
 def check_input_file(
@@ -49,8 +69,7 @@ def check_input_file(
     """
     from .limits import check_memory
 
-    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
-        raise error(f"{what} must be a non-empty path, got {path!r}")
+    check_path(path, what, error)
     try:
         st = os.stat(path)
     except FileNotFoundError:

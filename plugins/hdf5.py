@@ -407,18 +407,15 @@ class HDF5SubfileBackend(HDF5Backend):
         fsync_tree(tmp)
 
     def read_manifest(self, path: Path) -> dict[str, Any]:
-        import h5py
-
         manifest = super().read_manifest(path / self.MASTER)
-        with h5py.File(path / self.MASTER, "r") as f:  # once per read of the manifest,
-            self._require_subfiles(path, f)  # not per stripe (verify reads every stripe)
+        # here, once per read of the manifest, not per stripe (verify reads every stripe)
+        self._require_subfiles(path, manifest)
         return manifest
 
-    def _require_subfiles(self, path: Path, f: Any) -> None:
+    def _require_subfiles(self, path: Path, manifest: dict[str, Any]) -> None:
         """Refuse a master whose subfiles are not all there: h5py reads the stripes of a
         missing one as the fill value, silently (h5dump too)."""
         try:
-            manifest = json.loads(f.attrs[MANIFEST_ATTR])
             n = max(int(d.get("n_ionodes", 1)) for d in manifest["datasets"].values())
         except (KeyError, TypeError, ValueError, AttributeError):
             return  # a damaged manifest: read_checked_manifest says what is wrong
@@ -441,10 +438,7 @@ class HDF5SubfileBackend(HDF5Backend):
         return raw[skip : skip + nbytes].tobytes()
 
     def open(self, path: Path) -> dict[str, Any]:
-        import h5py
-
-        with h5py.File(path / self.MASTER, "r") as f:
-            self._require_subfiles(path, f)
+        self.read_manifest(path)  # refuses a master whose subfiles are not all there
         return super().open(path / self.MASTER)
 
 

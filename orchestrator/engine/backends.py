@@ -271,11 +271,9 @@ def checkpoint_path(path: Any) -> Path:
     ...
     orchestrator.errors.CheckpointError: a checkpoint path must be a non-empty path, got ''
     """
-    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
-        raise CheckpointError(f"a checkpoint path must be a non-empty path, got {path!r}")
-    if "\0" in os.fspath(path):
-        raise CheckpointError(f"checkpoint path {os.fspath(path)!r} holds a NUL")
-    return Path(path)
+    from ..files import check_path
+
+    return check_path(path, "a checkpoint path", CheckpointError)
 
 
 def read_checked_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import numpy as np
 from .. import defaults
 from ..assignment import assign_holdings
 from ..contributions import Contribution, ContributionError, DatasetSpec, gather
-from ..files import remove_path
+from ..files import check_path, remove_path
 from ..layout import StripeLayout, derive_transfers
 from ..limits import check_disk
 from ..plan import Plan
@@ -351,11 +351,7 @@ def _check_replaceable(target: Path, overwrite: bool) -> None:
 
 def _check_target(target: Any) -> Path:
     """The target as a path, or a StorageError naming what no file system takes."""
-    if not isinstance(target, str | os.PathLike) or not str(target).strip():
-        raise StorageError(f"target must be a non-empty path, got {target!r}")
-    path = Path(target)
-    if "\0" in str(path):  # cut there by the C library: a stray '.a' was left (probe)
-        raise StorageError(f"target {str(path)!r} holds a NUL")
+    path = check_path(target, "target", StorageError)  # a NUL left a stray '.a' (probe)
     # the temporary output is named .<name>.tmp-<12 hex>: 18 bytes more, within 255
     if len(os.fsencode(path.name)) > 255 - 18:
         raise StorageError(f"target name {path.name[:40]!r}... is longer than 237 bytes")
