@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test slurm lint typecheck pytest docs bench clean
+.PHONY: demo test slurm readers lint typecheck pytest docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,11 +16,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/iorch run bips3d --out out/demo
 
-test: $(STAMP) slurm lint typecheck pytest docs
+test: $(STAMP) slurm readers lint typecheck pytest docs
 
 # Debian packages of a single-node Slurm for the tests (they start the daemons)
 slurm:
 	.ci/setup-slurm
+
+# Debian's HDF5 tools (h5dump, h5ls) for the reader conformance tests
+readers:
+	.ci/setup-readers
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -30,7 +34,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator plugins workflows
 
-pytest: $(STAMP) slurm
+pytest: $(STAMP) slurm readers
 	$(BIN)/python -m pytest
 
 docs: $(STAMP)

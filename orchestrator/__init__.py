@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from .engine.verify import open_datasets, verify
     from .errors import (
         CaptureError,
+        CaptureKeyError,
+        CaptureUnsupported,
         CheckpointError,
         ClusterError,
         ContributionError,
@@ -76,6 +78,8 @@ _LAZY = {
     "cost": ("PRESETS", "CostModel", "get_cost_model"),
     "errors": (
         "CaptureError",
+        "CaptureKeyError",
+        "CaptureUnsupported",
         "CheckpointError",
         "ClusterError",
         "ContributionError",
@@ -146,6 +150,8 @@ __all__ = [
     "PRESETS",
     "Backend",
     "CaptureError",
+    "CaptureKeyError",
+    "CaptureUnsupported",
     "Checkpoint",
     "CheckpointError",
     "ClusterError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from .checks import is_int
 from .errors import ContributionError
+from .specs import check_chunks, check_dims, check_dtype, check_name, check_storage
 
 __all__ = [
     "Contribution",
@@ -19,6 +20,7 @@ __all__ = [
     "DatasetSpec",
     "Holdings",
     "cast_exactly",
+    "cast_problem",
     "check_attr",
     "check_attrs",
     "gather",
@@ -27,17 +29,36 @@ __all__ = [
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A named dataset of shape ``(n_rows, ...)`` and a fixed dtype.
+    """A named dataset of shape ``(n_rows, ...)``, a fixed dtype, and how it is stored.
 
-    The dtype holds booleans, integers, floats or complex numbers. Rows no
+    ``name`` may hold groups (``"state/u"``). The dtype holds booleans,
+    integers, floats, complex numbers, fixed-length strings or structured
+    records of them (:func:`~orchestrator.specs.check_dtype`). Rows no
     contribution writes (``allow_missing``) read ``fill_value``, which must be
     a value of the dtype as given (None: 0, as in h5py and zarr).
+
+    The keyword-only fields are the storage options users give h5py and
+    zarr-python; each is honoured by the format or refused by it, by name:
+
+    - ``dims``: a name per axis (None: ``<leaf>_dim<axis>``; False: none), stored
+      as Zarr ``dimension_names`` and as netCDF-4 dimension scales in HDF5;
+    - ``chunks`` (a tuple, or True for the library's guess), ``compression``
+      (``"gzip"``, ``"lzf"``, ``"zstd"``, ``"blosc"`` or a gzip level),
+      ``compression_opts``, ``shuffle``, ``fletcher32``, ``maxshape`` (HDF5: a
+      growable dataset), as in ``h5py.Group.create_dataset``;
+    - ``shards`` and ``compressors`` (Zarr), as in ``zarr.Group.create_array``.
+
+    Without any of them a dataset is stored in the layout the engine writes
+    fastest (contiguous HDF5, one shard per stripe in Zarr). Each writer owns
+    whole chunks and shards: stripes are cut at chunk boundaries.
 
     Examples
     --------
     >>> spec = DatasetSpec("u", (10, 3), "float64")
-    >>> spec.n_rows, spec.row_bytes, spec.nbytes
-    (10, 24, 240)
+    >>> spec.n_rows, spec.row_bytes, spec.nbytes, spec.dims
+    (10, 24, 240, ('u_dim0', 'u_dim1'))
+    >>> DatasetSpec("state/p", (10,), "f4", chunks=(5,), compression="gzip").chunked
+    True
     >>> DatasetSpec("n", (4,), "int32", fill_value=float("nan"))
     Traceback (most recent call last):
     ...
@@ -48,23 +69,19 @@ class DatasetSpec:
     shape: tuple[int, ...]
     dtype: Any
     fill_value: Any = 0
+    _: KW_ONLY
+    dims: Any = None
+    chunks: Any = None
+    compression: Any = None
+    compression_opts: Any = None
+    shuffle: bool = False
+    fletcher32: bool = False
+    maxshape: Any = None
+    shards: Any = None
+    compressors: Any = "auto"
 
     def __post_init__(self) -> None:
-        name = self.name
-        if not isinstance(name, str) or not name or "/" in name.strip("/"):
-            raise ContributionError(f"dataset name must be a non-empty plain name, got {name!r}")
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-            # NUL ends a name in HDF5's C API; other control characters break listings
-            raise ContributionError(
-                f"dataset name {name!r} holds a control character (NUL, tab, …)"
-            )
-        if name.strip("/") in (".", "..") or name.strip("/").startswith("__"):
-            raise ContributionError(
-                f"dataset name {name!r} is reserved (., .. and names starting with __ in Zarr)"
-            )
-        problem = _name_problem(name.strip("/"))
-        if problem:
-            raise ContributionError(f"dataset name {name!r} {problem}")
+        name = check_name(self.name)
         try:
             given = tuple(self.shape)
         except TypeError:
@@ -77,46 +94,14 @@ class DatasetSpec:
                     f"dataset {name!r}: shape {self.shape!r}: {x!r} is not a whole number"
                 )
         shape = tuple(int(x) for x in given)
-        if len(shape) < 1 or any(x < 0 for x in shape) or shape[0] < 1:
+        if len(shape) < 1 or any(x < 0 for x in shape):
+            # no rows is allowed: an empty dataset, created with the others and written by
+            # nobody (h5py's shape=(0, n), maxshape=(None, n) before a run appends)
             raise ContributionError(
-                f"dataset {self.name!r}: shape {self.shape!r} needs n_rows >= 1"
+                f"dataset {self.name!r}: shape {self.shape!r} needs one axis or more, each >= 0"
             )
-        if self.dtype is None:  # NumPy would read it as float64
-            raise ContributionError(f"dataset {self.name!r}: dtype must be given, got None")
-        try:
-            dtype = np.dtype(self.dtype)
-        except TypeError as err:
-            raise ContributionError(f"dataset {self.name!r}: dtype {self.dtype!r}: {err}") from None
-        if dtype.hasobject:
-            raise ContributionError(f"dataset {self.name!r}: dtype {dtype} holds Python objects")
-        if (
-            dtype.kind not in "biufc"
-            or dtype.shape
-            or dtype.itemsize > {"c": 16}.get(dtype.kind, 8)
-        ):
-            # strings failed in h5py at commit, structured dtypes inside dispatch
-            raise ContributionError(
-                f"dataset {self.name!r}: dtype {dtype} is not supported yet (booleans, integers, "
-                "floats of up to 64 bits and complex numbers of up to 128 are)"
-            )
-        if np.ndim(self.fill_value) != 0:
-            raise ContributionError(
-                f"dataset {self.name!r}: fill_value {self.fill_value!r} must be one value"
-            )
-        given_fill = 0 if self.fill_value is None else self.fill_value  # None: as h5py, zarr
-        if isinstance(given_fill, str | bytes):  # "1" would be parsed into 1
-            raise ContributionError(
-                f"dataset {self.name!r}: fill_value {given_fill!r} is text, not a {dtype} value"
-            )
-        try:  # stored as given or refused, as the values are: NaN into int32 read back -2**31
-            fill = cast_exactly(np.asarray(given_fill), dtype, f"dataset {name!r}: fill_value")
-        except ContributionError:
-            raise
-        except (TypeError, ValueError, OverflowError):  # "abc" into a float, 2**64 into u8
-            raise ContributionError(
-                f"dataset {self.name!r}: fill_value {self.fill_value!r} is not a value of {dtype}"
-            ) from None
-        object.__setattr__(self, "fill_value", fill.item())
+        dtype = check_dtype(self.dtype, f"dataset {name!r}")
+        fill = _fill_value(name, dtype, self.fill_value)
         # byte offsets are int64 everywhere (layout, kernels, files): a larger dataset would
         # wrap around in them instead of failing
         if int(np.prod(shape, dtype=object)) * dtype.itemsize >= 2**63:
@@ -124,8 +109,53 @@ class DatasetSpec:
                 f"dataset {self.name!r}: shape {self.shape!r} of {dtype} holds 2**63 bytes "
                 "or more, beyond any file"
             )
+        maxshape, compression, opts = check_storage(
+            name,
+            shape,
+            self.maxshape,
+            self.compression,
+            self.compression_opts,
+            self.shuffle,
+            self.fletcher32,
+            self.shards,
+        )
+        chunks = check_chunks(self.chunks, name, shape, maxshape)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "fill_value", fill)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "dims", check_dims(self.dims, name, len(shape)))
+        object.__setattr__(self, "chunks", chunks)
+        object.__setattr__(self, "maxshape", maxshape)
+        object.__setattr__(self, "compression", compression)
+        object.__setattr__(self, "compression_opts", opts)
+        object.__setattr__(self, "shuffle", bool(self.shuffle))
+        object.__setattr__(self, "fletcher32", bool(self.fletcher32))
+        if self.shards is not None:
+            object.__setattr__(self, "shards", tuple(int(s) for s in self.shards))
+
+    @property
+    def chunked(self) -> bool:
+        """Whether any storage option asks for chunks (else the format's own layout)."""
+        return (
+            self.chunks is not None
+            or self.compression is not None
+            or self.shuffle
+            or self.fletcher32
+            or self.maxshape is not None
+            or self.shards is not None
+            or not (isinstance(self.compressors, str) and self.compressors == "auto")
+        )
+
+    @property
+    def leaf(self) -> str:
+        """The dataset's own name, without its groups."""
+        return self.name.rsplit("/", 1)[-1]
+
+    @property
+    def group(self) -> str:
+        """The group holding the dataset (``""``: the root)."""
+        return self.name.rpartition("/")[0]
 
     @property
     def n_rows(self) -> int:
@@ -411,11 +441,44 @@ def _check_one(spec: DatasetSpec, con: Contribution) -> None:
             f"client {con.client}: values of {spec.name!r} have shape {con.values.shape}, "
             f"expected {want}"
         )
-    if not np.can_cast(con.values.dtype, spec.dtype, casting="same_kind"):
+    problem = cast_problem(con.values.dtype, spec.dtype)
+    if problem:
         raise ContributionError(
             f"client {con.client}: values of dtype {con.values.dtype} cannot be stored in "
-            f"{spec.name!r} of dtype {spec.dtype}"
+            f"{spec.name!r} of dtype {spec.dtype} ({problem})"
         )
+
+
+def cast_problem(src: Any, dst: Any) -> str:
+    """Why values of ``src`` cannot be stored as ``dst`` ('' if they can), checked when the
+    stage starts, never inside dispatch.
+
+    Numbers cast within their kind or to a wider one (each value is then kept
+    exactly or refused, :func:`cast_exactly`); strings only into strings as
+    long or longer; records only as the same record (NumPy would assign fields
+    by position, h5py by name: neither is guessed).
+
+    Examples
+    --------
+    >>> cast_problem(np.dtype("S8"), np.dtype("S4"))
+    'strings of 8 bytes would be cut to 4'
+    >>> cast_problem(np.dtype("i4"), np.dtype("f8"))
+    ''
+    """
+    src, dst = np.dtype(src), np.dtype(dst)
+    if dst.names or src.names:
+        return "" if src == dst else "a record dtype must be given exactly as the dataset's"
+    if dst.kind in "SU" or src.kind in "SU":
+        if src.kind != dst.kind:
+            return "text and bytes or numbers do not mix"
+        if src.itemsize > dst.itemsize:
+            n = 4 if src.kind == "U" else 1
+            unit = "characters" if n == 4 else "bytes"
+            return f"strings of {src.itemsize // n} {unit} would be cut to {dst.itemsize // n}"
+        return ""
+    if src.kind not in "biufc" or not np.can_cast(src, dst, casting="same_kind"):
+        return f"{src.kind!r} values into {dst.kind!r} is not a cast within a kind"
+    return ""
 
 
 def _check_replicas_agree(
@@ -437,19 +500,38 @@ def _check_replicas_agree(
                 )
 
 
-def _name_problem(name: str) -> str:
-    """What keeps ``name`` from naming a dataset in every format ('' if nothing)."""
-    try:
-        encoded = name.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (from a file name read as bytes)
-        return "is not valid Unicode (it cannot be stored as UTF-8)"
-    if "\\" in name:  # Zarr on some systems stores it as a folder separator: a split dataset
-        return "holds a backslash"
-    if len(encoded) > 255:  # a Zarr array is a folder: no file system takes a longer name
-        return f"is {len(encoded)} bytes long (at most 255)"
-    if name == "zarr.json":
-        return "is reserved (Zarr's metadata file)"
-    return ""
+def _fill_value(name: str, dtype: np.dtype[Any], given: Any) -> Any:
+    """The fill value as stored: a value of ``dtype``, kept exactly, or an error naming it."""
+    if dtype.kind in "SUV":  # strings and records: zero bytes unless a value of theirs is given
+        if given is None or (isinstance(given, int | float) and given == 0):
+            return np.zeros((), dtype)[()]
+        try:
+            value = np.array(given, dtype=dtype)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise ContributionError(
+                f"dataset {name!r}: fill_value {given!r} is not a value of {dtype} ({err})"
+            ) from None
+        if value.ndim != 0:
+            raise ContributionError(f"dataset {name!r}: fill_value {given!r} must be one value")
+        if dtype.kind in "SU" and value.item() != given:  # cut to the string's length
+            raise ContributionError(f"dataset {name!r}: fill_value {given!r} does not fit {dtype}")
+        return value[()]
+    if np.ndim(given) != 0:
+        raise ContributionError(f"dataset {name!r}: fill_value {given!r} must be one value")
+    given = 0 if given is None else given  # None: as h5py, zarr
+    if isinstance(given, str | bytes):  # "1" would be parsed into 1
+        raise ContributionError(
+            f"dataset {name!r}: fill_value {given!r} is text, not a {dtype} value"
+        )
+    try:  # stored as given or refused, as the values are: NaN into int32 read back -2**31
+        fill = cast_exactly(np.asarray(given), dtype, f"dataset {name!r}: fill_value")
+    except ContributionError:
+        raise
+    except (TypeError, ValueError, OverflowError):  # "abc" into a float, 2**64 into u8
+        raise ContributionError(
+            f"dataset {name!r}: fill_value {given!r} is not a value of {dtype}"
+        ) from None
+    return fill.item()
 
 
 #: values in one list attribute (HDF5 keeps attributes in an object header of 64 KiB)
@@ -466,7 +548,7 @@ def _attr_leaves(value: Any) -> list[Any] | None:
                 return None
             out += leaves
         return out
-    return [value] if isinstance(value, bool | int | float | str) else None
+    return [value] if isinstance(value, bool | int | float | str | bytes) else None
 
 
 def check_attrs(attrs: Any) -> None:
@@ -519,21 +601,48 @@ def check_attr(what: str, value: Any) -> None:
     Examples
     --------
     >>> check_attr("units", "m/s")
+    >>> check_attr("dt", np.float32(0.5))  # kept a float32
     >>> check_attr("step", None)
     Traceback (most recent call last):
     ...
     orchestrator.errors.ContributionError: step = None: a value must be a bool, ...
     """
-    leaves = _attr_leaves(value)
     shown = repr(value) if len(repr(value)) < 80 else repr(value)[:76] + " ..."
+    if isinstance(value, np.str_):
+        value = str(value)
+    if isinstance(value, np.generic | np.ndarray):  # stored with its dtype (float32 stays so)
+        dt = value.dtype
+        if dt.kind not in "biufcS" or dt.itemsize > {"c": 16}.get(
+            dt.kind, 8 if dt.kind != "S" else 2**16
+        ):
+            raise ContributionError(
+                f"{what} = {shown}: a NumPy value must be of booleans, integers, floats of up "
+                f"to 64 bits, complex numbers or bytes, not {dt}"
+            )
+        if np.size(value) > MAX_ATTR_ITEMS:
+            raise ContributionError(
+                f"{what}: an array of {np.size(value):,} values; an attribute holds at most "
+                f"{MAX_ATTR_ITEMS:,} (store larger arrays as a dataset)"
+            )
+        return
+    leaves = _attr_leaves(value)
     if leaves is None:
         raise ContributionError(
             f"{what} = {shown}: a value must be a bool, an integer, a float, a string or a "
             "list of one of them"
         )
     kinds = {
-        "bool" if isinstance(v, bool) else "str" if isinstance(v, str) else "number" for v in leaves
+        "bool"
+        if isinstance(v, bool)
+        else "str"
+        if isinstance(v, str)
+        else "bytes"
+        if isinstance(v, bytes)
+        else "number"
+        for v in leaves
     }
+    if "bytes" in kinds and not (isinstance(value, bytes) or _flat_list(value)):
+        raise ContributionError(f"{what} = {shown}: bytes alone or in a flat list")
     if len(kinds) > 1:
         raise ContributionError(
             f"{what} = {shown}: a list must hold values of one kind, got {sorted(kinds)}"
@@ -562,6 +671,10 @@ def check_attr(what: str, value: Any) -> None:
                 ragged = True
         if ragged:
             raise ContributionError(f"{what} = {shown}: nested lists must be rectangular")
+
+
+def _flat_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and not any(isinstance(v, list | tuple) for v in value)
 
 
 def _utf8(text: str) -> bool:

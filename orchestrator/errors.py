@@ -19,6 +19,8 @@ from __future__ import annotations
 
 __all__ = [
     "CaptureError",
+    "CaptureKeyError",
+    "CaptureUnsupported",
     "CheckpointError",
     "ClusterError",
     "ContributionError",
@@ -63,6 +65,21 @@ class ContributionError(InputError):
 
 class CaptureError(ContributionError):
     """A captured writer did something a checkpoint cannot take (or is not supported yet)."""
+
+
+class CaptureUnsupported(CaptureError, AttributeError):
+    """An h5py or zarr-python method or attribute a capture does not have, by name.
+
+    Also an ``AttributeError``, so ``hasattr`` and ``getattr(obj, name, default)``
+    in the user's code keep working.
+    """
+
+
+class CaptureKeyError(CaptureError, KeyError):
+    """A capture has no member of that name; a ``KeyError``, as h5py and zarr-python raise."""
+
+    def __str__(self) -> str:  # KeyError's own shows the message quoted
+        return str(self.args[0]) if self.args else ""
 
 
 class SignatureError(InputError, TypeError):

@@ -10,6 +10,7 @@ its manifest are committed by one rename.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,14 +39,49 @@ from orchestrator.engine.storage import (
 from orchestrator.errors import CheckpointError
 from orchestrator.files import fsync_path, fsync_tree
 from orchestrator.layout import StripeLayout
+from orchestrator.specs import parent_groups
+
+from .hdf5_chunks import ChunkSpoolWriter, assemble, remove_spools
+from .hdf5_tree import (
+    check_spec,
+    chunk_band_bytes,
+    create_contiguous,
+    h5_kwargs,
+    load_filters,
+    make_scales,
+    resolved_chunks,
+    write_tree,
+)
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
 
-def _set_attrs(f: Any, manifest: dict[str, Any]) -> None:
-    """The user's attributes (``manifest["attrs"]``: ``""`` = the file, else a dataset)."""
-    for where, attrs in manifest.get("attrs", {}).items():
-        (f[where] if where else f).attrs.update(attrs)
+def _datasets(f: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's datasets (rows and small ones) by name, as h5py objects."""
+    names = [*manifest.get("datasets", {}), *manifest.get("values", {}), *manifest.get("empty", {})]
+    return {name: f[name] for name in names}
+
+
+def _stripe_size(spec: DatasetSpec, requested: int, rows: bool) -> int:
+    """Stripes of whole chunk bands for a chunked dataset (of whole rows when ``rows``)."""
+    band = chunk_band_bytes(spec)
+    if band:
+        return max(1, requested // band) * band
+    if rows:
+        return max(1, requested // max(spec.row_bytes, 1)) * spec.row_bytes
+    return requested
+
+
+def _read_rows(ds: Any, offset: int, nbytes: int) -> bytes:
+    """Bytes ``[offset, offset + nbytes)`` of a dataset read through h5py (any layout)."""
+    if ds.chunks is not None:  # zstd, blosc: filters h5py knows once hdf5plugin is loaded
+        with contextlib.suppress(ImportError):
+            import hdf5plugin  # noqa: F401
+    rb = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
+    r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
+    raw = np.ascontiguousarray(ds[r0:r1]).reshape(-1).view(np.uint8)
+    skip = offset - r0 * rb
+    return raw[skip : skip + nbytes].tobytes()
 
 
 class _PositionedWriter(Writer):
@@ -139,55 +175,96 @@ class HDF5Backend(Backend):
         except OSError:  # a directory, unreadable, gone
             return False
 
+    def check_spec(self, spec: DatasetSpec) -> None:
+        """Refuse what HDF5 cannot store as asked (Zarr's options, NumPy text), by name."""
+        check_spec(spec, self.name)
+
+    def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
+        return _stripe_size(spec, requested, rows=False)
+
+    def chunk_shape(self, spec: DatasetSpec) -> tuple[int, ...] | None:
+        """h5py's chunks for ``spec`` (its guess when none are given but chunking is asked)."""
+        return resolved_chunks(spec)
+
     def create(
         self, tmp: Path, specs: Sequence[DatasetSpec], layouts: Sequence[StripeLayout]
     ) -> dict[str, Any]:
         import h5py
 
         offsets = {}
+        chunked: dict[str, dict[str, Any]] = {}
         # datasets start on a page, so whole pages of their pieces can go to the device directly
         with h5py.File(tmp, "w", alignment_threshold=PAGE, alignment_interval=PAGE) as f:
             for spec in specs:
-                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-                dcpl.set_layout(h5py.h5d.CONTIGUOUS)
-                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-                dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-                space = h5py.h5s.create_simple(spec.shape)
-                tid = h5py.h5t.py_create(spec.dtype, logical=True)
-                dsid = h5py.h5d.create(f.id, spec.name.encode(), tid, space, dcpl=dcpl)
-                offsets[spec.name] = int(dsid.get_offset())
-                dsid.close()
+                if spec.chunked:  # as the user's h5py would create it; chunks come at finish
+                    kw = h5_kwargs(spec, resolved_chunks(spec))
+                    for g in parent_groups(spec.name):
+                        f.require_group(g)
+                    f.create_dataset(spec.name, shape=spec.shape, dtype=spec.dtype, **kw)
+                    chunked[spec.name] = kw
+                else:
+                    offsets[spec.name] = create_contiguous(f, spec.name, spec.shape, spec.dtype)
+            make_scales(f, specs)
         # the datasets' blocks now, not as the direct writes come (engine.directio.preallocate)
-        reserved = preallocate(tmp, [(offsets[s.name], s.nbytes) for s in specs])
+        reserved = preallocate(
+            tmp, [(offsets[s.name], s.nbytes) for s in specs if s.name in offsets]
+        )
         stripes = {s.name: lay.stripe_bytes for s, lay in zip(specs, layouts, strict=True)}
-        return {
+        info = {
             "path": str(tmp),
             "offsets": offsets,
             "stripe_bytes": stripes,
             "reserved": reserved,
             "nbytes": sum(s.nbytes for s in specs),
         }
+        if chunked:
+            info["chunked"] = chunked
+            info["meta"] = {
+                s.name: stripe_meta(s, lay) for s, lay in zip(specs, layouts, strict=True)
+            }
+        return info
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
+        if info.get("chunked"):
+            return ChunkSpoolWriter(info, ionode)
         return HDF5Writer(info, aggregate)
 
     def direct_writes(self, info: dict[str, Any]) -> bool:
-        return True
+        return not info.get("chunked")
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
-        """Write the fill value into rows nobody contributed (allowed missing rows)."""
+        """Write the fill value into rows nobody contributed (allowed missing rows).
+
+        Chunked datasets need nothing: their stripes are stored padded with it.
+        """
         import h5py
 
+        if spec.name in info.get("chunked", {}):
+            return
         with h5py.File(info["path"], "r+") as f:
             ds = f[spec.name]
             block = np.full((rows.size, *spec.row_shape), spec.fill_value, dtype=spec.dtype)
             ds[np.asarray(rows, dtype=np.int64)] = block  # rows are sorted and unique
 
+    def write_tree(self, tmp: Path, tree: dict[str, Any]) -> None:
+        """Groups, small datasets and attributes (:func:`plugins.hdf5_tree.write_tree`)."""
+        import h5py
+
+        with h5py.File(self._master(tmp), "r+") as f:
+            write_tree(f, tree)
+
+    def _master(self, tmp: Path) -> Path:
+        return tmp
+
+    def discard(self, tmp: Path) -> None:
+        """Remove the chunk spools of a failed stage."""
+        remove_spools(tmp)
+
     def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
         import h5py
 
+        assemble(tmp)  # chunks the I/O nodes spooled, if any
         with h5py.File(tmp, "r+") as f:
-            _set_attrs(f, manifest)
             f.attrs[MANIFEST_ATTR] = json.dumps(manifest, sort_keys=True)
         fsync_path(tmp)
 
@@ -208,7 +285,10 @@ class HDF5Backend(Backend):
         import h5py
 
         with h5py.File(path, "r") as f:
-            base = int(f[dataset].id.get_offset())
+            ds = f[dataset]
+            if ds.chunks is not None:
+                return _read_rows(ds, offset, nbytes)
+            base = int(ds.id.get_offset())
         with open(path, "rb") as fh:
             fh.seek(base + offset)
             return fh.read(nbytes)
@@ -217,7 +297,7 @@ class HDF5Backend(Backend):
         import h5py
 
         f = h5py.File(path, "r")
-        return {name: f[name] for name in f if isinstance(f[name], h5py.Dataset)}
+        return _datasets(f, json.loads(f.attrs[MANIFEST_ATTR]))
 
 
 class SubfileWriter(_PositionedWriter):
@@ -244,6 +324,8 @@ class ChunkedSubfileWriter(WholeStripeWriter):
         super().__init__(info["meta"])
         self.n = info["n_ionodes"]
         self.path = info["subfiles"][ionode]
+        for kw in info.get("filters", ()):
+            load_filters(kw)
         self.file = h5py.File(self.path, "r+")
 
     def _local(self, name: str, row: int) -> int:
@@ -289,7 +371,17 @@ class HDF5SubfileBackend(HDF5Backend):
         self.compression = compression
 
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
-        return max(1, requested // max(spec.row_bytes, 1)) * spec.row_bytes
+        return _stripe_size(spec, requested, rows=True)
+
+    def check_spec(self, spec: DatasetSpec) -> None:
+        """Refuse what HDF5 subfiles under a virtual dataset cannot store as asked, by name."""
+        check_spec(spec, self.name, subfiles=True)
+
+    def _master(self, tmp: Path) -> Path:
+        return tmp / self.MASTER
+
+    def discard(self, tmp: Path) -> None:
+        """Nothing outside the output's folder."""
 
     def create(
         self, tmp: Path, specs: Sequence[DatasetSpec], layouts: Sequence[StripeLayout]
@@ -297,6 +389,8 @@ class HDF5SubfileBackend(HDF5Backend):
         import h5py
 
         n = layouts[0].n_ionodes
+        # one chunk layout per stage: h5py writes every dataset of a subfile, or none
+        h5py_writes = self.compression is not None or any(s.chunked for s in specs)
         tmp.mkdir()
         names = [f"io-{k}.h5" for k in range(n)]
         offsets: list[dict[str, int]] = [{} for _ in range(n)]
@@ -305,33 +399,26 @@ class HDF5SubfileBackend(HDF5Backend):
             with h5py.File(tmp / sub, "w", alignment_threshold=PAGE, alignment_interval=PAGE) as f:
                 for spec, lay in zip(specs, layouts, strict=True):
                     rows = self._rows_on(spec, lay, k)
-                    if self.compression is not None:  # one chunk per stripe, one writer each
-                        rps = lay.stripe_bytes // spec.row_bytes
+                    shape = (max(rows, 1), *spec.row_shape)
+                    if h5py_writes:  # whole chunks, written by this subfile's I/O node alone
+                        for g in parent_groups(spec.name):
+                            f.require_group(g)
                         f.create_dataset(
                             spec.name,
-                            shape=(max(rows, 1), *spec.row_shape),
+                            shape=shape,
                             dtype=spec.dtype,
-                            chunks=(max(1, min(rps, rows)), *spec.row_shape),
-                            compression=self.compression,
-                            fillvalue=spec.fill_value,
+                            **self._subfile_kwargs(spec, lay, rows),
                         )
                         continue
-                    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-                    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
-                    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-                    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-                    space = h5py.h5s.create_simple((max(rows, 1), *spec.row_shape))
-                    tid = h5py.h5t.py_create(spec.dtype, logical=True)
-                    dsid = h5py.h5d.create(f.id, spec.name.encode(), tid, space, dcpl=dcpl)
-                    offsets[k][spec.name] = int(dsid.get_offset())
-                    nbytes = max(rows, 1) * spec.row_bytes
-                    dsid.close()
-                    reserve[k].append((offsets[k][spec.name], nbytes))
+                    offsets[k][spec.name] = create_contiguous(f, spec.name, shape, spec.dtype)
+                    reserve[k].append((offsets[k][spec.name], max(rows, 1) * spec.row_bytes))
         reserved = True
         for k, sub in enumerate(names):  # as HDF5Backend.create does, per subfile
             reserved = preallocate(tmp / sub, reserve[k]) and reserved
         with h5py.File(tmp / self.MASTER, "w") as f:
             for spec, lay in zip(specs, layouts, strict=True):
+                for g in parent_groups(spec.name):
+                    f.require_group(g)
                 vl = h5py.VirtualLayout(shape=spec.shape, dtype=spec.dtype)
                 rps = lay.stripe_bytes // spec.row_bytes
                 sources = [
@@ -347,9 +434,12 @@ class HDF5SubfileBackend(HDF5Backend):
                     local = (j // n) * rps
                     vl[r0:r1] = sources[j % n][local : local + (r1 - r0)]
                 f.create_virtual_dataset(spec.name, vl, fillvalue=spec.fill_value)
+            make_scales(f, specs)
         return {
             "path": str(tmp),
             "compression": self.compression,
+            "h5py_writes": h5py_writes,
+            "filters": [h5_kwargs(s) for s in specs if s.chunked],
             "meta": {s.name: stripe_meta(s, lay) for s, lay in zip(specs, layouts, strict=True)},
             "subfiles": [str(tmp / s) for s in names],
             "offsets": offsets,
@@ -361,6 +451,19 @@ class HDF5SubfileBackend(HDF5Backend):
             },
         }
 
+    def _subfile_kwargs(self, spec: DatasetSpec, lay: StripeLayout, rows: int) -> dict[str, Any]:
+        """A subfile dataset's h5py keywords: the user's options, or one gzip chunk per stripe."""
+        chunks = resolved_chunks(spec)
+        if chunks is None:
+            rps = lay.stripe_bytes // spec.row_bytes
+            chunks = (max(1, min(rps, rows)), *spec.row_shape)
+        kw = h5_kwargs(spec, chunks)
+        if spec.compression is None and self.compression is not None:
+            kw["compression"] = self.compression
+        # a chunk may be longer than the rows this subfile holds
+        kw["maxshape"] = (None,) * len(spec.shape)
+        return kw
+
     @staticmethod
     def _rows_on(spec: DatasetSpec, lay: StripeLayout, k: int) -> int:
         rps = lay.stripe_bytes // spec.row_bytes
@@ -370,12 +473,12 @@ class HDF5SubfileBackend(HDF5Backend):
         )
 
     def writer(self, info: dict[str, Any], ionode: int, aggregate: bool) -> Writer:
-        if info["compression"] is not None:
+        if info.get("h5py_writes", info["compression"] is not None):
             return ChunkedSubfileWriter(info, ionode)
         return SubfileWriter(info, ionode, aggregate)
 
     def direct_writes(self, info: dict[str, Any]) -> bool:
-        return info.get("compression", self.compression) is None
+        return not info.get("h5py_writes", info.get("compression", self.compression) is not None)
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed, through their I/O nodes' subfiles.
@@ -383,7 +486,7 @@ class HDF5SubfileBackend(HDF5Backend):
         Compressed subfiles need nothing: stripes are stored padded with the
         fill value, and chunks nobody wrote read as the fill value.
         """
-        if info["compression"] is not None:
+        if info.get("h5py_writes", info["compression"] is not None):
             return
         value = memoryview(np.full(spec.row_shape, spec.fill_value, dtype=spec.dtype).tobytes())
         writers: dict[int, SubfileWriter] = {}
@@ -402,7 +505,6 @@ class HDF5SubfileBackend(HDF5Backend):
         import h5py
 
         with h5py.File(tmp / self.MASTER, "r+") as f:
-            _set_attrs(f, manifest)
             f.attrs[MANIFEST_ATTR] = json.dumps(manifest, sort_keys=True)
         fsync_tree(tmp)
 
@@ -430,16 +532,13 @@ class HDF5SubfileBackend(HDF5Backend):
         import h5py
 
         with h5py.File(path / self.MASTER, "r") as f:
-            ds = f[dataset]
-            rb = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
-            r0, r1 = offset // rb, -(-(offset + nbytes) // rb)
-            raw = np.ascontiguousarray(ds[r0:r1]).reshape(-1).view(np.uint8)
-        skip = offset - r0 * rb
-        return raw[skip : skip + nbytes].tobytes()
+            return _read_rows(f[dataset], offset, nbytes)
 
     def open(self, path: Path) -> dict[str, Any]:
-        self.read_manifest(path)  # refuses a master whose subfiles are not all there
-        return super().open(path / self.MASTER)
+        import h5py
+
+        manifest = self.read_manifest(path)  # refuses a master whose subfiles are not all there
+        return _datasets(h5py.File(path / self.MASTER, "r"), manifest)
 
 
 class HDF5ChunkedBackend(HDF5SubfileBackend):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,85 @@ from orchestrator.engine.storage import (
 )
 from orchestrator.files import fsync_tree
 from orchestrator.layout import StripeLayout
+from orchestrator.typedjson import decode
 
 MANIFEST_ATTR = "io_orchestrator_manifest"
 
 
 def _rows_per_shard(spec: DatasetSpec, requested: int) -> int:
     return max(1, requested // max(spec.row_bytes, 1))
+
+
+def _plain(value: Any) -> Any:
+    """An attribute value as zarr-python stores it: JSON, NumPy values as Python ones."""
+    if isinstance(value, np.generic | np.ndarray):
+        value = value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, complex):
+        return [value.real, value.imag]
+    return value
+
+
+def zarr_fill(spec: DatasetSpec) -> Any:
+    """The fill value as zarr-python takes it: a structured one as its bytes (given as a
+    NumPy record, zarr-python 3.1 fails reading the array: its scalar is not hashable).
+
+    Examples
+    --------
+    >>> zarr_fill(DatasetSpec("p", (2,), [("a", "<i2")], fill_value=(7,)))
+    b'\\x07\\x00'
+    """
+    if spec.dtype.names:
+        return np.array(spec.fill_value, dtype=spec.dtype).tobytes()
+    return spec.fill_value
+
+
+def zarr_kwargs(spec: DatasetSpec) -> dict[str, Any]:
+    """``zarr.Group.create_array`` keywords of ``spec`` as the user asked for it.
+
+    Examples
+    --------
+    >>> zarr_kwargs(DatasetSpec("u", (10, 3), "f4", chunks=(5, 3)))["chunks"]
+    (5, 3)
+    """
+    from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+
+    kw: dict[str, Any] = {
+        "shape": spec.shape,
+        "dtype": spec.dtype,
+        "fill_value": zarr_fill(spec),
+        "dimension_names": spec.dims or None,
+        "chunks": "auto" if spec.chunks in (None, True) else spec.chunks,
+    }
+    if spec.shards is not None:
+        kw["shards"] = spec.shards
+    level = spec.compression_opts
+    if spec.compression == "gzip":
+        kw["compressors"] = GzipCodec(level=5 if level is None else level)
+    elif spec.compression == "zstd":
+        kw["compressors"] = ZstdCodec(level=0 if level is None else level)
+    elif spec.compression == "blosc":
+        kw["compressors"] = BloscCodec(clevel=5 if level is None else level)
+    elif not (isinstance(spec.compressors, str) and spec.compressors == "auto"):
+        kw["compressors"] = spec.compressors
+    return kw
+
+
+def resolved_chunks(spec: DatasetSpec) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """``(chunks, shards)`` zarr-python gives ``spec`` (its own guess for ``"auto"``).
+
+    Examples
+    --------
+    >>> resolved_chunks(DatasetSpec("u", (100, 3), "f4", chunks=(10, 3), shards=(50, 3)))
+    ((10, 3), (50, 3))
+    """
+    import zarr
+
+    a = zarr.create_array(zarr.storage.MemoryStore(), **zarr_kwargs(spec))
+    return tuple(a.chunks), None if a.shards is None else tuple(a.shards)
 
 
 _LITTLE = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -191,7 +265,56 @@ class ZarrBackend(Backend):
         return path.is_dir() and (path / "zarr.json").is_file()
 
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
+        if spec.chunked:  # bands of whole shards (or chunks, unsharded): one writer each
+            chunks, shards = resolved_chunks(spec)
+            band = (shards or chunks)[0] * max(spec.row_bytes, 1)
+            return max(1, requested // band) * band
         return _rows_per_shard(spec, requested) * spec.row_bytes
+
+    def chunk_shape(self, spec: DatasetSpec) -> tuple[int, ...] | None:
+        """zarr-python's chunks for ``spec`` (its ``"auto"`` guess when none are given)."""
+        return resolved_chunks(spec)[0] if spec.chunked else None
+
+    def check_spec(self, spec: DatasetSpec) -> None:
+        """Refuse what Zarr cannot store as asked (HDF5's options), by name."""
+        where = f"dataset {spec.name!r}"
+        for option, given in (
+            ("maxshape", spec.maxshape is not None),
+            ("shuffle", spec.shuffle),
+            ("fletcher32", spec.fletcher32),
+        ):
+            if given:
+                raise StorageError(
+                    f"{where}: {option}={getattr(spec, option)!r} is an HDF5 option; Zarr has "
+                    + (
+                        "no such filter (give compressors=)"
+                        if option != "maxshape"
+                        else "arrays that grow without it (resize them)"
+                    )
+                )
+        if spec.compression == "lzf":
+            raise StorageError(f"{where}: compression='lzf' has no Zarr codec (use zstd or gzip)")
+        if spec.compression is not None and not (
+            isinstance(spec.compressors, str) and spec.compressors == "auto"
+        ):
+            raise StorageError(
+                f"{where}: compression={spec.compression!r} and compressors= both given; give one"
+            )
+        if spec.shards is not None and spec.dtype.names:
+            raise StorageError(
+                f"{where}: shards={spec.shards} with a structured dtype: zarr-python 3.1 cannot "
+                "read such an array back once reopened; give chunks only"
+            )
+        if spec.chunked:
+            try:
+                resolved_chunks(spec)
+            except StorageError:
+                raise
+            except Exception as err:  # zarr-python's own refusal: shards not a multiple, …
+                raise StorageError(
+                    f"{where}: chunks={spec.chunks!r}, shards={spec.shards!r}, "
+                    f"compressors={spec.compressors!r}: {err}"
+                ) from None
 
     def create(
         self, tmp: Path, specs: Sequence[DatasetSpec], layouts: Sequence[StripeLayout]
@@ -201,20 +324,26 @@ class ZarrBackend(Backend):
         group = zarr.open_group(tmp, mode="w-")
         meta = {}
         for spec, lay in zip(specs, layouts, strict=True):
-            rps = lay.stripe_bytes // spec.row_bytes
-            # one inner chunk per shard: zarr-python encodes a shard given whole as it is,
-            # but copies it into a buffer of fill values per inner chunk when there are
-            # several (measured: 1,290 against 890 MB/s per process for 8 MiB shards, and
-            # 12 % of the compute workers' time in a 1 GiB stage). A reader of a few rows
-            # decodes the whole shard, as with dask.array.to_zarr's chunks of the same size
-            group.create_array(
-                spec.name,
-                shape=spec.shape,
-                dtype=spec.dtype,
-                chunks=(rps, *spec.row_shape),
-                shards=(rps, *spec.row_shape),
-                fill_value=spec.fill_value,
-            )
+            if spec.chunked:  # as the user's zarr-python would create it
+                group.create_array(spec.name, **zarr_kwargs(spec))
+            else:
+                rps = lay.stripe_bytes // spec.row_bytes
+                # one inner chunk per shard: zarr-python encodes a shard given whole as it is,
+                # but copies it into a buffer of fill values per inner chunk when there are
+                # several (measured: 1,290 against 890 MB/s per process for 8 MiB shards, and
+                # 12 % of the compute workers' time in a 1 GiB stage). A reader of a few rows
+                # decodes the whole shard, as with dask.array.to_zarr's chunks of the same size
+                group.create_array(
+                    spec.name,
+                    shape=spec.shape,
+                    dtype=spec.dtype,
+                    chunks=(rps, *spec.row_shape),
+                    # zarr-python 3.1 cannot read a sharded structured array it reopens
+                    # ("unhashable type: 'writeable void-scalar'"): one chunk per stripe
+                    shards=None if spec.dtype.names else (rps, *spec.row_shape),
+                    fill_value=zarr_fill(spec),
+                    dimension_names=spec.dims or None,
+                )
             meta[spec.name] = stripe_meta(spec, lay)
         return {"path": str(tmp), "datasets": meta}
 
@@ -227,13 +356,59 @@ class ZarrBackend(Backend):
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: Any) -> None:
         """Nothing to do: unwritten rows read as the array's fill value."""
 
+    def write_tree(self, tmp: Path, tree: dict[str, Any]) -> None:
+        """Groups, small datasets and attributes (JSON in Zarr: NumPy values as their
+        Python values, as zarr-python stores them)."""
+        import zarr
+
+        group = zarr.open_group(tmp, mode="r+")
+        for g in tree.get("groups", ()):
+            group.require_group(g)
+        for spec in tree.get("empty", ()):
+            group.create_array(spec.name, **zarr_kwargs(spec))
+        for name, value in tree.get("values", {}).items():
+            arr = decode(value["value"])
+            if set(value["options"]) - {"chunks"}:
+                raise StorageError(
+                    f"values[{name!r}]: options {sorted(value['options'])} are HDF5's; Zarr "
+                    "takes chunks only here"
+                )
+            if value["text"]:  # variable-length text
+                data = np.array(arr, dtype=object) if arr else np.empty((0,), dtype=object)
+                a = group.create_array(
+                    name,
+                    shape=data.shape,
+                    dtype=str,
+                    fill_value="",
+                    dimension_names=value["dims"] or None,
+                    **value["options"],
+                )
+                a[...] = data
+            else:
+                arr = np.asarray(arr)
+                a = group.create_array(
+                    name,
+                    shape=arr.shape,
+                    dtype=arr.dtype,
+                    dimension_names=value["dims"] or None,
+                    **value["options"],
+                )
+                a[...] = arr
+        for where, attrs in tree.get("attrs", {}).items():  # "" = the root, else a group/array
+            node = group[where] if where else group
+            node.attrs.update({k: _plain(decode(v)) for k, v in attrs.items()})
+
     def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
         import zarr
 
         group = zarr.open_group(tmp, mode="r+")
-        for where, attrs in manifest.get("attrs", {}).items():  # "" = the group, else an array
-            (group[where] if where else group).attrs.update(attrs)
         group.attrs[MANIFEST_ATTR] = manifest
+        # one read gives a reader every array's metadata (xarray.open_zarr looks for it first).
+        # zarr-python warns that Zarr v3 has it as an extension, not in the core spec yet:
+        # known and chosen (readers without it read the arrays' own zarr.json)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
+            zarr.consolidate_metadata(tmp)
         fsync_tree(tmp)
 
     def read_manifest(self, path: Path) -> dict[str, Any]:
@@ -260,4 +435,10 @@ class ZarrBackend(Backend):
         import zarr
 
         group = zarr.open_group(path, mode="r")
-        return {name: arr for name, arr in group.arrays()}
+        manifest: dict[str, Any] = dict(group.attrs[MANIFEST_ATTR])  # type: ignore[arg-type]
+        names = [
+            *manifest.get("datasets", {}),
+            *manifest.get("values", {}),
+            *manifest.get("empty", {}),
+        ]
+        return {name: group[name] for name in names}

@@ -129,7 +129,9 @@ def test_schedule(what, bad):
 )
 def test_dataset_spec(field, data):
     bad = {
-        "name": st.sampled_from(["", ".", "..", "__x", "a\x00b", "a\nb", "a/b", 3, None]),
+        "name": st.sampled_from(
+            ["", ".", "..", "__x", "a\x00b", "a\nb", "a//b", "a/../b", 3, None]
+        ),
         "shape": st.sampled_from([(-1,), (1.5,), ("a",), (), (None,), 5, (2**63,), "10"]),
         "dtype": st.sampled_from(["float99", "no-type", object, None, "O", 3]),
     }[field]
@@ -142,6 +144,30 @@ def test_dataset_spec(field, data):
         field,
         value,
     )
+
+
+@SETTINGS
+@given(
+    field=st.sampled_from(
+        ["dims", "chunks", "compression", "compression_opts", "maxshape", "shuffle", "shards"]
+    ),
+    data=st.data(),
+)
+def test_dataset_spec_storage_options(field, data):
+    bad = {
+        "dims": [("a",), "ab", ("a", "b", "c"), ("a", ""), ("a", 3), ("a", "x/y"), ("a", "a\x00")],
+        "chunks": [(0, 3), (4,), "auto", (1.5, 3), (-1, 3), 4],
+        "compression": ["snappy", 10, -1, "GZIP", b"gzip"],
+        "compression_opts": [4, "high", 1.5],
+        "maxshape": [(2, 3), (None,), "big", (None, -1), (1.5, 3)],
+        "shuffle": ["yes", 1, None],
+        "shards": [(0, 3), "x", (4,)],
+    }[field]
+    value = data.draw(st.sampled_from(bad))
+    kwargs = {field: value}
+    if field == "compression_opts" and value == 4:
+        kwargs["compression"] = None  # a level without a compression
+    classify("DatasetSpec", lambda: DatasetSpec("u", (4, 3), "f8", **kwargs), field)
 
 
 @SETTINGS

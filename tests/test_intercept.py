@@ -13,6 +13,7 @@ import orchestrator as orc
 from orchestrator.contributions import ContributionError
 from orchestrator.engine.cluster import local_cluster
 from orchestrator.frontends.intercept import set_default_cluster
+from orchestrator.typedjson import decode
 
 
 @pytest.fixture(scope="module")
@@ -207,22 +208,18 @@ def test_capture_selections_and_errors(cluster, tmp_path, fmt):
     want = np.array([3, 1, 8, 6, 1, 4, 1, 3, 1, 9], np.float32)
     got = orc.open_checkpoint(target)["u"]
     assert np.array_equal(got[:, 0], want) and got.dtype == np.float32
-    assert f.checkpoint.manifest["attrs"][""]["note"] == 0.5
-    with pytest.raises(orc.CaptureError) as err, orc.capture(tmp_path / "x.h5") as g:
-        v = g.create_dataset("v", shape=(10, 3))
-        v[::2] = 1
-    assert "v[::2] = ...: strided slices" in str(err.value)
+    note = decode(f.checkpoint.manifest["attrs"][""]["note"])  # its dtype kept (issue 15)
+    assert note == 0.5 and note.dtype == np.float32
     cases = [
-        (lambda v: v[3, 1:], "v[3, 1:] = ...: writes part of each row"),
+        (lambda v: v[:, [0, 2]], "v[:, <int64 array of 2>] = ...: index arrays on axis 1"),
         (lambda v: v[12], "row 12 is outside 0..9"),
-        (lambda v: v[:5].sum(), "v[:5]: reading is not supported inside a capture"),
         (lambda v: v.__setitem__(slice(0, 2), np.ones((3, 3))), "value of shape (3, 3)"),
     ]
     for op, msg in cases:
         with pytest.raises(orc.CaptureError, match=None) as err:
             with orc.capture(tmp_path / "y.h5") as g:
                 v = g.create_dataset("v", shape=(10, 3))
-                op(v) if "reading" in msg or "value" in msg else op.__call__(_Setter(v))
+                op(v) if "value" in msg else op.__call__(_Setter(v))
         assert msg in str(err.value)
     assert not (tmp_path / "x.h5").exists() and not (tmp_path / "y.h5").exists()
 

@@ -116,10 +116,10 @@ def test_dataset_names_no_format_can_hold_are_refused(name):
         ("i1", 1000, "value 1000 does not fit dtype int8"),
         ("f8", "abc", "fill_value 'abc' is text"),
         ("f8", [1, 2], "must be one value"),
-        ("U10", 0, "dtype <U10 is not supported yet"),
-        ("f16", 0, "float128 is not supported yet"),
+        ("f16", 0, "dtype float128: not supported"),
         ("u8", 2**64, "is not a value of uint64"),  # was a raw OverflowError
-        ([("a", "i4"), ("b", "f8")], 0, "is not supported yet"),
+        ("S4", b"toolong", "does not fit"),
+        ([("a", "i4"), ("b", "O")], 0, "holds Python objects"),
     ],
 )
 def test_fill_values_and_dtypes_are_stored_as_given_or_refused(dtype, fill, message):

@@ -356,6 +356,7 @@ def dump(
         if temporary:  # root depends on parts: release, not cancel (see IOCluster.release)
             cluster.release(temporary)
     verify_dump(target, load)
+    assert res.plan is not None  # a dump has rows: it was planned
     return DumpResult(
         method=method if strategy != "sequential" else "root",
         strategy=strategy,

@@ -427,6 +427,7 @@ def run(
             if gantt_dir is not None:
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
+                assert res.plan is not None  # a benchmark stage has rows
                 close(realized_gantt(res.plan, *tr.writes(), path=gantt_dir / name))
             remove_path(target)
             return res.seconds, res

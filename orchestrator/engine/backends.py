@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import CheckpointError, OrchestratorError, StorageError
+from ..specs import dtype_from_json
 from .storage import Backend
 
 __all__ = [
@@ -216,7 +217,9 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     if not isinstance(fmt, str) or fmt not in _BACKENDS:
         raise bad("format", fmt, f"one of {list(_BACKENDS)}")
     datasets = manifest.get("datasets")
-    if not isinstance(datasets, dict) or not datasets:
+    # a checkpoint of only small datasets, empty ones, groups or attributes has no rows
+    other = any(manifest.get(k) for k in ("values", "empty", "groups", "attrs"))
+    if not isinstance(datasets, dict) or not (datasets or other):
         raise bad("datasets", datasets, "a mapping of at least one dataset")
     for name, ds in datasets.items():
         at = f"datasets.{name}"
@@ -228,7 +231,7 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
         if shape[0] < 1:
             raise bad(f"{at}.shape", shape, "at least one row")
         try:
-            dtype = np.dtype(ds.get("dtype"))
+            dtype = dtype_from_json(ds.get("dtype"))
         except (TypeError, ValueError):
             raise bad(f"{at}.dtype", ds.get("dtype"), "a NumPy dtype") from None
         if dtype.hasobject or ds.get("dtype") is None:

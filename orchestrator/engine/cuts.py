@@ -79,11 +79,9 @@ def describe_contributions(*cons: Any) -> list[tuple[int, Any, tuple[int, ...], 
     >>> from orchestrator.contributions import Contribution
     >>> [(c, expand_rows(r).tolist(), s, d) for c, r, s, d in describe_contributions(
     ...     Contribution(1, [4, 5], np.zeros((2, 3))))]
-    [(1, [4, 5], (2, 3), '<f8')]
+    [(1, [4, 5], (2, 3), dtype('float64'))]
     """
-    return [
-        (c.client, compact_rows(c.rows), tuple(c.values.shape), c.values.dtype.str) for c in cons
-    ]
+    return [(c.client, compact_rows(c.rows), tuple(c.values.shape), c.values.dtype) for c in cons]
 
 
 def describe_held(keys: Sequence[Any], dask_worker: Any = None) -> dict[Any, Any]:
@@ -120,7 +118,7 @@ def _parts(
     offset: np.ndarray,
     nbytes: np.ndarray,
     row_bytes: Sequence[int],
-    dtypes: Sequence[str],
+    dtypes: Sequence[Any],
     labels: Sequence[str] = (),
 ) -> list[np.ndarray]:
     """The bytes of each range, as views of the contributions where no cast is needed.
@@ -177,7 +175,7 @@ def cut(
     offset: np.ndarray,
     nbytes: np.ndarray,
     row_bytes: Sequence[int],
-    dtypes: Sequence[str],
+    dtypes: Sequence[Any],
     labels: Sequence[str] = (),
 ) -> np.ndarray:
     """On a source: copy byte ranges of contributions into one buffer (one Dask message).

@@ -332,7 +332,7 @@ def dispatch(
     )
     names = [s.name for s in staged.specs]
     row_bytes = [s.row_bytes for s in staged.specs]
-    dtypes = [s.dtype.str for s in staged.specs]
+    dtypes = [s.dtype for s in staged.specs]  # objects: .str loses fields
     stripes_on = {(d, off): s for s, node in enumerate(program.nodes) for d, off, _ in node.stripes}
     node_fills: list[list[tuple[int, int, int, int]]] = [[] for _ in program.nodes]
     for piece in fills:
@@ -494,7 +494,7 @@ def _hand_ahead(
     identities: Sequence[tuple[int, int] | None],
     futures: dict[tuple[int, int], Any],
     row_bytes: Sequence[int],
-    dtypes: Sequence[str],
+    dtypes: Sequence[Any],
     names: Sequence[str],
     addrs: Sequence[str],
 ) -> tuple[list[tuple[tuple[int, int], dict[int, list[tuple[str, int]]]] | None], list[Any]]:

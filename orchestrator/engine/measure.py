@@ -325,6 +325,7 @@ def _calibration_makespan(
             os.sync()
             if i:
                 makespans.append(res.trace.makespan)
+            assert res.plan is not None  # a calibration stage has rows
             units = res.plan.n_units
     finally:
         remove_path(target)

@@ -7,7 +7,7 @@ BIPS3D job all take these; each used to repeat the list of parameters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from ..contributions import check_attrs
 from ..cost import CostModel
 from ..errors import InputError, StageError
 from ..layout import STRATEGIES, LayoutError
+from ..specs import check_name, check_values
 from .backends import get_backend
 
 __all__ = ["DEFAULT_WINDOW", "WriteOptions"]
@@ -56,8 +57,15 @@ class WriteOptions:
     seed : int
         Seed of randomized policies.
     attrs : mapping, optional
-        Attributes to store, ``{"": {...}}`` for the file / group and
-        ``{dataset: {...}}`` per dataset; JSON values (also kept in the manifest).
+        Attributes to store, ``{"": {...}}`` for the file (root group),
+        ``{group: {...}}`` or ``{dataset: {...}}``; Python or NumPy values (a NumPy
+        value keeps its dtype in HDF5), also kept in the manifest.
+    groups : sequence of str
+        Groups to create besides those holding datasets (``"run/meta"``).
+    values : mapping, optional
+        Small datasets stored whole by the committing process rather than as
+        rows: scalars (0-d), variable-length strings, short arrays
+        (:func:`orchestrator.specs.check_values`).
     window : int
         Bytes each I/O worker may hold at once (data fetched ahead of the
         write in progress); its memory for the stage is bounded by it. When
@@ -104,6 +112,8 @@ class WriteOptions:
     cost: CostModel | str | None = None
     seed: int = 0
     attrs: Mapping[str, Mapping[str, Any]] | None = None
+    groups: Sequence[str] = ()
+    values: Mapping[str, Any] | None = None
     window: int = DEFAULT_WINDOW
     direct: bool | None = None
     n_ionodes: int = defaults.N_IONODES
@@ -139,6 +149,11 @@ class WriteOptions:
             )
         if self.attrs is not None:
             check_attrs(self.attrs)
+        if isinstance(self.groups, str) or not isinstance(self.groups, Sequence):
+            raise InputError(f"groups must be a list of group names, got {self.groups!r}")
+        object.__setattr__(self, "groups", tuple(check_name(g, "group") for g in self.groups))
+        if self.values is not None:
+            check_values(self.values)
 
     def updated(self, **changes: Any) -> WriteOptions:
         """A copy with ``changes``; names that are not fields become policy options.

@@ -25,12 +25,15 @@ import numpy as np
 from .. import defaults
 from ..assignment import assign_holdings
 from ..contributions import Contribution, ContributionError, DatasetSpec, gather
+from ..errors import OrchestratorError
 from ..files import check_path, remove_path
 from ..layout import StripeLayout, derive_transfers
 from ..limits import check_disk
 from ..plan import Plan
 from ..policies import get_policy, schedule
+from ..specs import check_stage_dims, check_values, dtype_json, parent_groups
 from ..transfers import TransferSet
+from ..typedjson import encode
 from .backends import MANIFEST_VERSION, get_backend, is_checkpoint
 from .cluster import IOCluster, ionode_rule, local_cluster
 from .commit import commit
@@ -62,7 +65,8 @@ class StageResult:
 
     path: Path
     manifest: dict[str, Any]
-    plan: Plan
+    #: None for a stage with no rows to write (groups, small and empty datasets only)
+    plan: Plan | None
     trace: Trace
     seconds: float
     #: seconds spent in each phase: refresh (the cluster's workers), describe (rows of
@@ -73,6 +77,8 @@ class StageResult:
     @property
     def throughput(self) -> float:
         """Bytes written per second of the whole stage (plan, dispatch, checksums, commit)."""
+        if self.plan is None:
+            return 0.0
         return float(self.plan.transfers.total_bytes) / self.seconds
 
 
@@ -301,14 +307,14 @@ def _prepare(
     return Staged(specs, parts, first), cat, missing
 
 
-def _check_datasets(datasets: Any) -> None:
+def _check_datasets(datasets: Any, opts: WriteOptions) -> None:
     """The shape of ``write_stage``'s ``datasets`` argument, or an error saying what is off."""
     if not isinstance(datasets, Mapping):
         raise ContributionError(
             "datasets must map names to (DatasetSpec, [Contribution, ...]); "
             f"got a {type(datasets).__name__}"
         )
-    if not datasets:
+    if not datasets and not (opts.values or opts.groups):
         raise ContributionError("empty stage: datasets holds no dataset to write")
     for name, pair in datasets.items():
         if not (isinstance(pair, tuple | list) and len(pair) == 2):
@@ -331,9 +337,81 @@ def _check_datasets(datasets: Any) -> None:
                     f"dataset {name!r}: item {i} is a {type(c).__name__}, not a Contribution "
                     "(make one: Contribution(client, rows, values))"
                 )
-    if not any(pair[1] for pair in datasets.values()):
+    wrote = any(pair[1] for pair in datasets.values())
+    rows = any(pair[0].n_rows for pair in datasets.values())
+    if rows and not wrote and not opts.allow_missing:
         # a dataset nobody wrote is filled (allow_missing); a stage nobody wrote is a mistake
         raise ContributionError(f"the stage has no contributions for {sorted(datasets)}")
+
+
+def _write_tree_only(
+    target: Path, tree: dict[str, Any], opts: WriteOptions, backend: Any, t_start: float
+) -> StageResult:
+    """A stage with no rows to write: created, given its tree, committed by this process."""
+    _check_replaceable(target, opts.overwrite)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        with _storage_errors(f"creating {tmp.name}"):
+            backend.create(tmp, [], [])
+            backend.write_tree(tmp, tree)
+        manifest: dict[str, Any] = {
+            "version": MANIFEST_VERSION,
+            "format": backend.name,
+            "datasets": {},
+            "policy": opts.policy,
+            "strategy": opts.strategy,
+            "checksum": "crc32",
+        }
+        for key in ("attrs", "groups", "values"):
+            if tree[key]:
+                manifest[key] = tree[key]
+        if tree["empty"]:
+            manifest["empty"] = {
+                s.name: {"shape": list(s.shape), "dtype": dtype_json(s.dtype), "dims": list(s.dims)}
+                for s in tree["empty"]
+            }
+        with _storage_errors(f"writing the manifest of {tmp.name}"):
+            backend.finish(tmp, manifest)
+        _check_replaceable(target, opts.overwrite)
+        commit(tmp, target, opts.overwrite)
+    except BaseException:
+        remove_path(tmp)
+        backend.discard(tmp)
+        raise
+    seconds = time.perf_counter() - t_start
+    none = np.zeros(0, np.int64)
+    trace = Trace(none, none, np.zeros(0), np.zeros(0), none, [])
+    return StageResult(target, manifest, None, trace, seconds, {})
+
+
+def _tree(specs: Sequence[DatasetSpec], opts: WriteOptions) -> dict[str, Any]:
+    """The stage's groups, small datasets and attributes as stored (and in the manifest).
+
+    Groups are those asked for, those holding a dataset and those given
+    attributes; an attribute's place must be the root, a dataset or one of
+    them (a misspelt dataset name is an error, not a new group).
+    """
+    values = check_values(opts.values) if opts.values else {}
+    names = {s.name for s in specs}
+    for name in values:
+        if name in names:
+            raise ContributionError(f"values: {name!r} is also a dataset of rows in this stage")
+    groups = set(opts.groups)
+    for name in [*names, *values]:
+        groups.update(parent_groups(name))
+    for name in [*names, *values]:
+        if name in groups:
+            raise ContributionError(f"{name!r} is both a dataset and a group of this stage")
+    attrs: dict[str, Any] = {}
+    for where, given in (opts.attrs or {}).items():
+        key = where.strip("/")
+        if key and key not in names and key not in values and key not in groups:
+            raise ContributionError(
+                f"attrs: {where!r} is not a dataset or group of this stage (datasets "
+                f"{sorted(names)}, groups {sorted(groups)}; more groups with groups=[...])"
+            )
+        attrs[key] = {str(k): encode(v) for k, v in given.items()}
+    return {"groups": sorted(groups), "values": values, "attrs": attrs}
 
 
 def _check_replaceable(target: Path, overwrite: bool) -> None:
@@ -420,7 +498,7 @@ def write_stage(
     target = _check_target(target)
     opts = (options or WriteOptions()).updated(**changes) if changes else options or WriteOptions()
     backend = get_backend(opts.format)
-    _check_datasets(datasets)
+    _check_datasets(datasets, opts)
     if getattr(backend, "native_byte_order_only", False):
         for spec, _ in datasets.values():
             if spec.dtype.byteorder not in "=|" and spec.dtype != spec.dtype.newbyteorder("="):
@@ -443,11 +521,25 @@ def write_stage(
                 else f"assignment has no entry for dataset {name!r}; give each dataset a "
                 "writer array or a method ('owner')"
             )
-    for where in opts.attrs or {}:
-        if where and where not in datasets:
-            raise ContributionError(
-                f"attrs: {where!r} is not a dataset of this stage ({sorted(datasets)})"
-            )
+    specs = [spec for spec, _ in datasets.values()]
+    for spec in specs:
+        backend.check_spec(spec)
+    tree = _tree(specs, opts)
+    check_stage_dims(specs, tree["groups"])
+    # datasets of no rows, and those nobody wrote (allow_missing), are created with the
+    # groups, reading their fill value: nothing to plan or write
+    unwritten = {
+        n
+        for n, (spec, cons) in datasets.items()
+        if spec.n_rows == 0 or (not cons and opts.allow_missing)
+    }
+    for n in unwritten:
+        if datasets[n][0].n_rows == 0 and datasets[n][1]:
+            raise ContributionError(f"dataset {n!r} has no rows, yet contributions")
+    tree["empty"] = [datasets[n][0] for n in sorted(unwritten)]
+    datasets = {n: pair for n, pair in datasets.items() if n not in unwritten}
+    if not datasets:  # nothing for the I/O nodes: groups, small and empty datasets only
+        return _write_tree_only(target, tree, opts, backend, t_start)
     total = sum(spec.nbytes for spec, _ in datasets.values() if isinstance(spec, DatasetSpec))
     check_disk(
         target.parent, total, f"the datasets of {target.name} ({len(datasets)})", StorageError
@@ -501,8 +593,16 @@ def write_stage(
         )
         clock.lap("dispatch")
         manifest = _manifest(backend.name, staged, plan, trace, sums, opts.policy, opts.strategy)
-        if opts.attrs:
-            manifest["attrs"] = {str(k): dict(v) for k, v in opts.attrs.items()}
+        with _storage_errors(f"writing the groups, values and attributes of {tmp.name}"):
+            backend.write_tree(tmp, tree)
+        for key in ("attrs", "groups", "values"):
+            if tree[key]:
+                manifest[key] = tree[key]
+        if tree["empty"]:
+            manifest["empty"] = {
+                s.name: {"shape": list(s.shape), "dtype": dtype_json(s.dtype), "dims": list(s.dims)}
+                for s in tree["empty"]
+            }
         rule = ionode_rule(cl.client)
         if rule != "declared":  # we chose the I/O workers of a cluster that named none
             manifest["ionodes"] = {"chosen": rule, "n": cl.n_ionodes}
@@ -517,6 +617,7 @@ def write_stage(
         remove_path(tmp)
         stop(cl, tmp.name, timeout=5.0)
         remove_path(tmp)  # again: a writer that was still busy may have recreated part of it
+        backend.discard(tmp)
         raise
     finally:
         if own:
@@ -540,6 +641,10 @@ def _storage_errors(what: str) -> Iterator[None]:
     try:
         yield
     except OSError as err:
+        raise StorageError(f"{what}: {err}") from err
+    except RuntimeError as err:  # h5py's own, e.g. a flush that found the disk full
+        if isinstance(err, OrchestratorError):
+            raise
         raise StorageError(f"{what}: {err}") from err
 
 
@@ -571,7 +676,8 @@ def _manifest(
         "datasets": {
             spec.name: {
                 "shape": list(spec.shape),
-                "dtype": spec.dtype.str,
+                "dtype": dtype_json(spec.dtype),
+                "dims": list(spec.dims),
                 "stripe_bytes": part.layout.stripe_bytes,
                 "n_ionodes": part.layout.n_ionodes,
                 "pieces": part.n_pieces,

@@ -403,7 +403,7 @@ def stripe_meta(spec: DatasetSpec, layout: StripeLayout) -> dict[str, Any]:
     """
     return {
         "shape": list(spec.shape),
-        "dtype": spec.dtype.str,
+        "dtype": spec.dtype,
         "fill_value": spec.fill_value,
         "rows_per_stripe": layout.stripe_bytes // spec.row_bytes,
         "stripe_bytes": layout.stripe_bytes,
@@ -450,6 +450,39 @@ class Backend(ABC):
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
         """The stripe size this format needs for ``spec`` (default: as requested)."""
         return requested
+
+    def chunk_shape(self, spec: DatasetSpec) -> tuple[int, ...] | None:
+        """The chunks this format's library gives ``spec`` now (its guess for ``chunks=True``);
+        None where it has none (default: the chunks given)."""
+        return spec.chunks if isinstance(spec.chunks, tuple) else None
+
+    def check_spec(self, spec: DatasetSpec) -> None:
+        """Refuse, naming the option, what this format cannot store as ``spec`` asks.
+
+        The default refuses every storage option (chunks, compression, …): a
+        format that honours none must not accept them and ignore them.
+        """
+        if spec.chunked:
+            raise StorageError(
+                f"dataset {spec.name!r}: format {self.name!r} stores no chunks, compression, "
+                "maxshape, shards or compressors"
+            )
+
+    def write_tree(self, tmp: Path, tree: dict[str, Any]) -> None:
+        """Store the stage's groups, small datasets (``values``) and attributes.
+
+        ``tree`` holds ``groups`` (names), ``values`` (name to a value as
+        :func:`orchestrator.typedjson.encode` gives it), ``empty`` (specs of
+        datasets of no rows, created as asked) and ``attrs`` (``""``, a group or
+        a dataset to ``{name: encoded value}``). Called after the
+        datasets are written and before :meth:`finish`; the default refuses
+        anything but an empty tree.
+        """
+        if any(tree.get(k) for k in ("groups", "values", "attrs", "empty")):
+            raise StorageError(f"format {self.name!r} stores no groups, attributes or values")
+
+    def discard(self, tmp: Path) -> None:  # noqa: B027 - optional hook, nothing by default
+        """Remove what a failed stage left beside its temporary output ``tmp`` (not ``tmp``)."""
 
     #: how a target of this format ends (``".h5"``, ``".zarr"``): for default target names
     suffix: str = ""

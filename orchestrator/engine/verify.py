@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..specs import dtype_from_json
 from .backends import checkpoint_path, format_of, get_backend, read_checked_manifest
 from .checksums import stripe_checksum
 
@@ -65,7 +66,7 @@ def verify(path: str | os.PathLike[str]) -> list[str]:
     for name, ds in manifest["datasets"].items():
         # sizes from the manifest alone: a DatasetSpec would apply today's rules for new
         # datasets (names, dtypes) to checkpoints written before them
-        nbytes = int(np.prod(ds["shape"], dtype=np.int64)) * np.dtype(ds["dtype"]).itemsize
+        nbytes = int(np.prod(ds["shape"], dtype=np.int64)) * dtype_from_json(ds["dtype"]).itemsize
         sb = int(ds["stripe_bytes"])
         n_stripes = -(-nbytes // sb)
         if len(ds["checksums"]) != n_stripes:
@@ -100,7 +101,7 @@ def _stored_as_listed(path: Path, manifest: dict[str, Any]) -> list[str]:
                 stored = data.get(name)
                 if stored is None:
                     continue  # reported as unreadable stripes
-                want = (tuple(ds["shape"]), np.dtype(ds["dtype"]))
+                want = (tuple(ds["shape"]), dtype_from_json(ds["dtype"]))
                 got = (tuple(stored.shape), np.dtype(stored.dtype))
                 if got != want:
                     out.append(

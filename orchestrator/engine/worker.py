@@ -125,7 +125,7 @@ def run_ionode(
     sources: Sequence[str],
     priority: Sequence[int],
     row_bytes: Sequence[int],
-    dtypes: Sequence[str],
+    dtypes: Sequence[Any],
     aggregate: bool,
     window: int,
     fills: Sequence[tuple[int, int, int, int]],

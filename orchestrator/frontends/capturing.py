@@ -3,16 +3,19 @@
 .. code-block:: python
 
     with orchestrator.capture("ckpt/step3.h5") as f:      # instead of h5py.File(..., "w")
-        u = f.create_dataset("u", shape=(n, 3), dtype="f8")
-        u[lo:hi] = block                                   # slices, integer arrays, masks
+        g = f.create_group("state")
+        u = g.create_dataset("u", shape=(n, 3), dtype="f8", chunks=(1000, 3),
+                             compression="gzip")
+        u[lo:hi] = block                                   # slices, arrays, masks, columns
         u.attrs["units"] = "V"
-        f.attrs["step"] = 3
+        f.attrs["step"] = np.int32(3)
 
-Nothing is written while the block runs; region writes are recorded, and on a
-clean exit they become this client's contribution to a write stage that is
-planned, dispatched to the I/O workers and committed (complete or absent).
-Whole rows only: a write of part of a row (``u[5, 0:2] = ...``), a strided
-slice or a read raises :class:`CaptureError` naming the operation.
+Nothing is written while the block runs; writes are recorded, and on a clean
+exit they become this client's contribution to a write stage that is planned,
+dispatched to the I/O workers and committed (complete or absent), with the
+groups, storage options, scalars, text and attributes the code gave. What a
+capture cannot do raises :class:`CaptureError` naming the operation
+(:mod:`orchestrator.frontends.captured` has the datasets).
 """
 
 from __future__ import annotations
@@ -21,292 +24,539 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from .. import defaults
 from ..checks import is_int
-from ..contributions import (
-    Contribution,
-    ContributionError,
-    DatasetSpec,
-    cast_exactly,
-    check_attr,
-)
+from ..contributions import Contribution, ContributionError, DatasetSpec
 from ..engine.backends import get_backend
 from ..engine.options import WriteOptions
-from ..errors import CaptureError
+from ..errors import CaptureError, CaptureKeyError, CaptureUnsupported, StorageError
+from ..specs import VALUE_OPTIONS, check_dtype, check_name, parent_groups
+from .captured import STORAGE_KEYWORDS, CapturedAttrs, CapturedDataset, is_text_dtype, unsupported
 from .checkpoint import Checkpoint
 from .intercept import OutputStage, StageOptions
 
-__all__ = ["CaptureError", "CapturedDataset", "CapturedFile", "capture"]
+__all__ = [
+    "CaptureError",
+    "CaptureUnsupported",
+    "CapturedDataset",
+    "CapturedFile",
+    "CapturedGroup",
+    "capture",
+]
 
 
-def _json(value: Any) -> Any:
-    """An attribute value as JSON (NumPy scalars and arrays become numbers and lists)."""
-    if isinstance(value, np.ndarray | np.generic):
-        return value.tolist()
-    if isinstance(value, bytes):
-        return value.decode()
-    return value
-
-
-class _Attrs(dict[str, Any]):
-    """``.attrs``: a dict whose values are kept as JSON."""
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if not isinstance(key, str) or not key or "\0" in key or not key.isprintable():
-            raise CaptureError(
-                f"attribute name {key!r} must be a non-empty printable string without NUL"
-            )
-        value = _json(value)
-        try:
-            check_attr(f"attrs[{key!r}]", value)
-        except ContributionError as err:  # what h5py or Zarr would refuse, or read back changed
-            raise CaptureError(str(err)) from None
-        super().__setitem__(key, value)
-
-
-def _spec(call: str, name: str, shape: Any, dtype: Any) -> DatasetSpec:
-    """A dataset's shape and dtype checked as every stage checks them (``(2.7,)`` made two
-    rows, ``"bogus"`` a TypeError), refused as a CaptureError naming the call."""
+def _spec(call: str, name: str, shape: Any, dtype: Any, options: dict[str, Any]) -> DatasetSpec:
+    """A dataset's spec checked as every stage checks it (``(2.7,)`` made two rows,
+    ``"bogus"`` a TypeError), refused as a CaptureError naming the call."""
     if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
         shape = (shape,)
     elif not isinstance(shape, tuple | list):
         raise CaptureError(f"{call}: shape {shape!r} is not a tuple of whole numbers")
     try:
-        return DatasetSpec(name, tuple(shape), np.float64 if dtype is None else dtype)
+        return DatasetSpec(name, tuple(shape), dtype, **options)
     except ContributionError as err:
         raise CaptureError(f"{call}: {err}") from None
 
 
-def _describe_key(key: Any) -> str:
-    if not isinstance(key, tuple):
-        key = (key,)
-    parts = []
-    for k in key:
-        if isinstance(k, slice):
-            text = "" if k.start is None else str(k.start)
-            text += ":" + ("" if k.stop is None else str(k.stop))
-            parts.append(text + ("" if k.step is None else f":{k.step}"))
-        elif k is Ellipsis:
-            parts.append("...")
-        elif isinstance(k, np.ndarray | list):
-            parts.append(f"<{np.asarray(k).dtype} array of {np.asarray(k).size}>")
-        else:
-            parts.append(repr(k))
-    return ", ".join(parts)
+def _options(call: str, kw: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``(fill value, DatasetSpec storage options)`` of ``create_dataset``'s keywords; any
+    other keyword is refused by name (never accepted and ignored)."""
+    for key, value in kw.items():
+        if key in ("track_order", "exact") and not value:
+            continue  # the default: nothing asked
+        if key in ("filters", "attributes") and not value:
+            continue
+        if key in ("order",) and value in (None, "C"):
+            continue
+        if key not in STORAGE_KEYWORDS and key != "overwrite":
+            raise CaptureError(f"{call}: option {key}={value!r} is not supported in a capture")
+    fill = kw.get("fillvalue", kw.get("fill_value"))
+    opts: dict[str, Any] = {}
+    for key in ("chunks", "compression", "compression_opts", "maxshape", "shards", "compressors"):
+        if kw.get(key) is not None:
+            opts[key] = kw[key]
+    if kw.get("compressors", "auto") is None:  # zarr: no compression at all
+        opts["compressors"] = None
+    for key in ("shuffle", "fletcher32"):
+        if kw.get(key):
+            opts[key] = True
+    if opts.get("chunks") is False:
+        del opts["chunks"]
+    if "dimension_names" in kw and kw["dimension_names"] is not None:
+        opts["dims"] = tuple(kw["dimension_names"])
+    return fill, opts
 
 
-class CapturedDataset:
-    """One dataset of a capture: shape, dtype, ``attrs``, and recorded row writes."""
+class CapturedGroup:
+    """A group of a capture: h5py's ``Group`` and zarr-python's ``Group`` spelling.
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: Any) -> None:
-        self.name = name
-        self.shape = tuple(int(x) for x in shape)
-        self.dtype = np.dtype(dtype)
-        self.attrs = _Attrs()
-        self.ndim = len(self.shape)
-        self._rows: list[np.ndarray] = []
-        self._values: list[np.ndarray] = []
-        if not self.shape or self.shape[0] < 1:
-            raise CaptureError(f"dataset {name!r}: shape {shape!r} needs at least one row")
+    Examples
+    --------
+    >>> f = CapturedFile("ckpt.h5")
+    >>> g = f.create_group("state")
+    >>> g.create_dataset("u", shape=(4,), dtype="f8").name
+    '/state/u'
+    >>> sorted(f), "state/u" in f
+    (['state'], True)
+    """
 
-    def __len__(self) -> int:
-        return self.shape[0]
+    def __init__(self, file: CapturedFile | None, path: str) -> None:
+        self._file = file
+        self._path = path
+        self.attrs = CapturedAttrs("/" + path)
+
+    @property
+    def file(self) -> CapturedFile:
+        """The capture's file."""
+        assert self._file is not None
+        return self._file
+
+    @property
+    def name(self) -> str:
+        """The group's path from the root (``/state``)."""
+        return "/" + self._path
+
+    @property
+    def parent(self) -> CapturedGroup:
+        """The group above (the root's parent is the root)."""
+        return self.file._groups[self._path.rpartition("/")[0]]
 
     def __repr__(self) -> str:
-        return f'<captured dataset "{self.name}": shape {self.shape}, type "{self.dtype.str}">'
+        return f'<captured group "{self.name}" ({len(self)} members)>'
 
-    def _rows_of(self, key: Any) -> np.ndarray:
-        op = f"{self.name}[{_describe_key(key)}] = ..."
-        rest: tuple[Any, ...] = ()
-        if isinstance(key, tuple):
-            key, rest = (key[0], key[1:]) if key else (slice(None), ())
-        for k in rest:  # everything after the row selection must be whole
-            if k is not Ellipsis and k != slice(None):
-                raise CaptureError(
-                    f"{op}: writes part of each row; a capture records whole rows only"
-                )
-        n = self.shape[0]
-        if key is Ellipsis:
-            return np.arange(n, dtype=np.int64)
-        if isinstance(key, slice):
-            if key.step not in (None, 1):
-                raise CaptureError(f"{op}: strided slices are not supported; use an index array")
-            start, stop, _ = key.indices(n)
-            return np.arange(start, max(start, stop), dtype=np.int64)
-        if isinstance(key, int | np.integer) and not isinstance(key, bool):
-            k = int(key) + (n if key < 0 else 0)
-            if not 0 <= k < n:
-                raise CaptureError(f"{op}: row {int(key)} is outside 0..{n - 1}")
-            return np.array([k], dtype=np.int64)
-        arr = np.asarray(key)
-        if arr.dtype == bool:
-            if arr.shape != (n,):
-                raise CaptureError(f"{op}: a boolean mask must have shape ({n},), got {arr.shape}")
-            return np.flatnonzero(arr).astype(np.int64)
-        if arr.ndim == 1 and (arr.size == 0 or arr.dtype.kind in "iu"):
-            r = arr.astype(np.int64)
-            r = np.where(r < 0, r + n, r)
-            if r.size and (r.min() < 0 or r.max() >= n):
-                bad = int(arr[(r < 0) | (r >= n)][0])
-                raise CaptureError(f"{op}: row {bad} is outside 0..{n - 1}")
-            return r
-        raise CaptureError(f"{op}: unsupported selection ({type(key).__name__})")
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise unsupported(f"group {self.name}", name)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        rows = self._rows_of(key)
-        v = np.asarray(value)
-        want = (rows.size, *self.shape[1:])
+    # ------------------------------------------------------------ names
+    def _resolve(self, name: Any, call: str) -> str:
+        if not isinstance(name, str):
+            raise CaptureError(f"{call}: name must be a string, got {name!r}")
+        path = name if name.startswith("/") else f"{self._path}/{name}"
         try:
-            v = np.broadcast_to(v, want) if v.shape != want else v
-        except ValueError:
-            raise CaptureError(
-                f"{self.name}[{_describe_key(key)}] = ...: value of shape {v.shape} does not "
-                f"fit {want}"
-            ) from None
-        if not np.can_cast(v.dtype, self.dtype, casting="same_kind"):
-            raise CaptureError(f"{self.name}: cannot store {v.dtype} values in {self.dtype}")
-        self._rows.append(rows)
-        try:  # every value kept, or an error now: h5py would wrap 1000 into int8 as -24
-            exact = cast_exactly(v, self.dtype, f"{self.name}[{_describe_key(key)}] = ...")
+            return check_name(path) if path.strip("/") else ""
         except ContributionError as err:
-            raise CaptureError(str(err)) from None
-        self._values.append(np.array(exact))  # a copy: the caller may reuse it
+            raise CaptureError(f"{call}: {err}") from None
 
-    def __getitem__(self, key: Any) -> Any:
-        raise CaptureError(
-            f"{self.name}[{_describe_key(key)}]: reading is not supported inside a capture "
-            "(it records writes); read the committed checkpoint with open_checkpoint()"
+    def _children(self) -> list[str]:
+        prefix = f"{self._path}/" if self._path else ""
+        names = [*self.file._datasets, *self.file._groups]
+        return sorted(
+            {
+                n[len(prefix) :]
+                for n in names
+                if n.startswith(prefix) and n != self._path and "/" not in n[len(prefix) :] and n
+            }
         )
 
-    def resize(self, *args: Any, **kwargs: Any) -> None:
-        raise CaptureError(f"{self.name}.resize(): datasets of a capture have a fixed shape")
+    def _make_parents(self, path: str, call: str) -> None:
+        for g in parent_groups(path):
+            if g in self.file._datasets:
+                raise CaptureError(f"{call}: {g!r} is a dataset, not a group")
+            if g not in self.file._groups:
+                self.file._groups[g] = CapturedGroup(self.file, g)
 
-    def contribution(self, client: int) -> Contribution | None:
-        """The recorded writes as one contribution (a row written twice keeps the last value)."""
-        if not self._rows:
-            return None
-        rows = np.concatenate(self._rows)
-        values = np.concatenate(self._values)
-        # the last write of each row wins, as in h5py
-        last = rows.size - 1 - np.unique(rows[::-1], return_index=True)[1]
-        return Contribution(client, rows[last], values[last])
+    def _exists(self, path: str, call: str) -> None:
+        if path in self.file._datasets or path in self.file._groups:
+            raise CaptureError(f"{call}: {('/' + path)!r} exists already")
 
+    # ------------------------------------------------------------ groups
+    def create_group(
+        self, name: str, track_order: Any = None, overwrite: bool = False, **kw: Any
+    ) -> CapturedGroup:
+        """As h5py's / zarr-python's ``create_group`` (missing groups on the way are made;
+        zarr-python's ``overwrite=True`` replaces what has that name)."""
+        call = f"create_group({name!r})"
+        path = self._resolve(name, call)
+        for key, value in kw.items():
+            if value is not None and key != "attributes":
+                raise CaptureError(f"{call}: option {key}={value!r} is not supported in a capture")
+        if overwrite is True and path in self:
+            del self[name]
+        self._exists(path, call)
+        self._make_parents(path, call)
+        group = self.file._groups[path] = CapturedGroup(self.file, path)
+        group.attrs.update(kw.get("attributes") or {})
+        return group
 
-class CapturedFile:
-    """What ``capture()`` yields: ``create_dataset`` / ``create_array``, ``[name]``, ``attrs``."""
+    def require_group(self, name: str, **kw: Any) -> CapturedGroup:
+        """As ``require_group``: the group of that name, made if missing."""
+        call = f"require_group({name!r})"
+        path = self._resolve(name, call)
+        if path in self.file._datasets:
+            raise CaptureError(f"{call}: {('/' + path)!r} is a dataset, not a group")
+        return self.file._groups.get(path) or self.create_group(name)
 
-    def __init__(self, target: str | os.PathLike[str], mode: str = "w") -> None:
-        if mode not in ("w", "w-", "x"):
-            raise CaptureError(f"mode {mode!r}: a capture creates a new checkpoint; use 'w'")
-        self.filename = os.fspath(target)
-        #: The committed :class:`~orchestrator.Checkpoint`, once the block ended.
-        self.checkpoint: Checkpoint | None = None
-        self.attrs = _Attrs()
-        self._datasets: dict[str, CapturedDataset] = {}
-
+    # ------------------------------------------------------------ datasets
     def create_dataset(
         self,
         name: str,
         shape: Any = None,
         dtype: Any = None,
         data: Any = None,
-        **ignored: Any,
+        **kw: Any,
     ) -> CapturedDataset:
-        """As ``h5py.Group.create_dataset``: ``shape``/``dtype`` or ``data``.
+        """As h5py's ``create_dataset``: ``shape``/``dtype`` or ``data``, and its storage
+        options (``chunks``, ``compression``, ``compression_opts``, ``shuffle``,
+        ``fletcher32``, ``maxshape``, ``fillvalue``), each honoured or refused by name.
 
-        Chunking, compression and fill options are accepted and ignored: the
-        layout belongs to the orchestrator.
+        A scalar (``shape=()``) or variable-length text (``h5py.string_dtype()``)
+        dataset is kept whole and stored by the committing process.
 
         Examples
         --------
         >>> f = CapturedFile("ckpt.h5")
-        >>> f.create_dataset("u", shape=(4, 2), dtype="f4", chunks=True)
-        <captured dataset "u": shape (4, 2), type "<f4">
+        >>> f.create_dataset("u", shape=(4, 2), dtype="f4", chunks=(2, 2), compression="gzip")
+        <captured dataset "/u": shape (4, 2), type "<f4">
         """
-        if not isinstance(name, str):
-            raise CaptureError(f"create_dataset: name must be a string, got {name!r}")
-        name = name.strip("/")
-        if name in self._datasets:
-            raise CaptureError(f"create_dataset({name!r}): a dataset of that name exists")
-        if "/" in name:
-            raise CaptureError(
-                f"create_dataset({name!r}): groups are not supported; use a plain name"
-            )
+        call = f"create_dataset({name!r})"
+        path = self._resolve(name, call)
+        if not path:
+            raise CaptureError(f"{call}: the root is a group")
+        if kw.pop("overwrite", False) is True and path in self.file._datasets:
+            del self[name]  # zarr-python's create_array(overwrite=True): replace it
+        self._exists(path, call)
         if data is not None:
-            arr = np.asarray(data)
+            arr = data if isinstance(data, np.ndarray) else np.asarray(data, dtype=_plain(dtype))
             shape = arr.shape if shape is None else shape
             dtype = arr.dtype if dtype is None else dtype
         if shape is None:
-            raise CaptureError(f"create_dataset({name!r}): give shape or data")
-        spec = _spec(f"create_dataset({name!r})", name, shape, dtype)
-        ds = CapturedDataset(name, spec.shape, spec.dtype)
-        self._datasets[name] = ds
+            raise CaptureError(f"{call}: give shape or data")
+        if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+            shape = (int(shape),)
+        if not isinstance(shape, tuple | list):
+            raise CaptureError(f"{call}: shape {shape!r} is not a tuple of whole numbers")
+        fill, opts = _options(call, kw)
+        if self.file._zarr and "chunks" not in opts and "shards" not in opts:
+            opts["chunks"] = True  # zarr-python's own chunks ("auto"), as the user's code gets
+        if dtype is None:
+            dtype = np.float32 if not self.file._zarr else np.float64  # each library's default
+        text = is_text_dtype(dtype)
+        if text or tuple(shape) == ():
+            ds = self._whole_dataset(call, path, tuple(shape), dtype, text, fill, opts)
+        else:
+            spec = _spec(
+                call,
+                path,
+                shape,
+                dtype,
+                {**opts, "fill_value": fill, "dims": opts.get("dims", False)},
+            )
+            try:
+                self.file._backend.check_spec(spec)
+                if spec.chunked and not isinstance(spec.chunks, tuple):
+                    # the library guesses chunks from the shape at creation, not at the end
+                    spec = replace(spec, chunks=self.file._backend.chunk_shape(spec))
+            except StorageError as err:
+                raise CaptureError(f"{call}: {err}") from None
+            ds = CapturedDataset(self, path, spec)
+            ds._dims_given = "dims" in opts
+        self._make_parents(path, call)
+        self.file._datasets[path] = ds
         if data is not None:
-            ds[...] = data
+            ds[()] = data
         return ds
+
+    def _whole_dataset(
+        self,
+        call: str,
+        path: str,
+        shape: tuple[int, ...],
+        dtype: Any,
+        text: bool,
+        fill: Any,
+        opts: dict[str, Any],
+    ) -> CapturedDataset:
+        kept = {k: v for k, v in opts.items() if k in VALUE_OPTIONS}
+        refused = set(opts) - set(kept) - {"dims"}
+        if refused or (kept and not shape):
+            raise CaptureError(
+                f"{call}: {', '.join(sorted(refused or kept))} on a "
+                f"{'scalar' if not shape else 'text'} dataset is not supported in a capture"
+            )
+        if text:
+            if len(shape) > 1:
+                raise CaptureError(f"{call}: variable-length text of more than one axis")
+            value = np.empty(shape, dtype=object)
+            value[...] = "" if fill is None else fill
+            return CapturedDataset(
+                self,
+                path,
+                None,
+                value=value,
+                text=True,
+                fill=fill,
+                dtype=np.dtype(object),
+                options=kept,
+            )
+        try:
+            dt = check_dtype(dtype, f"dataset {path!r}")
+        except ContributionError as err:
+            raise CaptureError(f"{call}: {err}") from None
+        value = np.zeros((), dt)
+        if fill is not None:
+            value[()] = fill
+        return CapturedDataset(
+            self, path, None, value=value, text=False, fill=fill, dtype=dt, options=kept
+        )
 
     def create_array(self, name: str, shape: Any = None, dtype: Any = None, **kw: Any) -> Any:
-        """As ``zarr.Group.create_array`` (chunks/shards are ignored)."""
-        return self.create_dataset(name, shape=shape, dtype=dtype, **kw)
-
-    def require_dataset(self, name: str, shape: Any, dtype: Any, **kw: Any) -> CapturedDataset:
-        """As ``h5py.Group.require_dataset``."""
-        if not isinstance(name, str):
-            raise CaptureError(f"require_dataset: name must be a string, got {name!r}")
-        ds = self._datasets.get(name.strip("/"))
-        if ds is None:
-            return self.create_dataset(name, shape=shape, dtype=dtype, **kw)
-        spec = _spec(f"require_dataset({name!r})", ds.name, shape, dtype)
-        if ds.shape != spec.shape or ds.dtype != spec.dtype:
-            raise CaptureError(f"require_dataset({name!r}): exists as {ds.shape} {ds.dtype}")
+        """As zarr-python's ``create_array`` (``chunks``, ``shards``, ``compressors``,
+        ``fill_value``, ``dimension_names``, ``attributes``)."""
+        attrs = kw.pop("attributes", None) or {}
+        data = kw.pop("data", None)
+        ds = self.create_dataset(name, shape=shape, dtype=dtype, data=data, **kw)
+        ds.attrs.update(attrs)
         return ds
 
-    def __getitem__(self, name: str) -> CapturedDataset:
+    def require_dataset(
+        self, name: str, shape: Any, dtype: Any, exact: bool = False, **kw: Any
+    ) -> CapturedDataset:
+        """As h5py's ``require_dataset``: the dataset of that name, made if missing."""
+        call = f"require_dataset({name!r})"
+        path = self._resolve(name, call)
+        ds = self.file._datasets.get(path)
+        if ds is None:
+            return self.create_dataset(name, shape=shape, dtype=dtype, **kw)
+        want = tuple(shape) if isinstance(shape, tuple | list) else (shape,)
+        if (
+            ds.shape != want
+            or (exact and ds.dtype != np.dtype(dtype))
+            or not np.can_cast(np.dtype(dtype), ds.dtype)
+        ):
+            raise CaptureError(f"{call}: exists as {ds.shape} {ds.dtype}")
+        return ds
+
+    def create_dataset_like(self, name: str, other: Any, **kw: Any) -> CapturedDataset:
+        """As h5py's ``create_dataset_like``: shape, dtype and storage options of ``other``."""
+        opts = {
+            k: getattr(other, k)
+            for k in ("chunks", "compression", "compression_opts", "fillvalue")
+            if getattr(other, k, None) is not None
+        }
+        for k in ("shuffle", "fletcher32"):
+            if getattr(other, k, False):
+                opts[k] = True
+        if getattr(other, "maxshape", None) not in (None, tuple(other.shape)):
+            opts["maxshape"] = other.maxshape
+        return self.create_dataset(name, shape=other.shape, dtype=other.dtype, **{**opts, **kw})
+
+    # ------------------------------------------------------------ the mapping
+    def __getitem__(self, name: str) -> Any:
+        path = self._resolve(name, f"[{name!r}]")
+        node: CapturedDataset | CapturedGroup | None = self.file._datasets.get(path)
+        if node is None:
+            node = self.file._groups.get(path)
+        if node is None:
+            raise CaptureKeyError(
+                f"[{name!r}]: no such dataset or group in this capture ({self._children()})"
+            )
+        return node
+
+    def get(
+        self, name: str, default: Any = None, getclass: bool = False, getlink: bool = False
+    ) -> Any:
+        """As h5py's ``get``: the member, or ``default``."""
+        if getlink:
+            raise unsupported(f"group {self.name}", "get(getlink=True)")
         try:
-            return self._datasets[name.strip("/")]
-        except KeyError:
-            raise CaptureError(
-                f"[{name!r}]: no such dataset in this capture ({sorted(self._datasets)})"
-            ) from None
+            node = self[name]
+        except CaptureError:
+            return default
+        if getclass:
+            return type(node)
+        return node
 
     def __setitem__(self, name: str, data: Any) -> None:
+        if isinstance(data, CapturedDataset | CapturedGroup):
+            raise CaptureError(f"[{name!r}] = {data!r}: links are not supported in a capture")
         self.create_dataset(name, data=data)
 
+    def __delitem__(self, name: str) -> None:
+        path = self._resolve(name, f"del [{name!r}]")
+        if path not in self.file._datasets and path not in self.file._groups:
+            raise CaptureError(f"del [{name!r}]: no such dataset or group")
+        for table in (self.file._datasets, self.file._groups):
+            for key in [k for k in table if k == path or k.startswith(path + "/")]:
+                del table[key]
+
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.strip("/") in self._datasets
+        if not isinstance(name, str):
+            return False
+        try:
+            path = self._resolve(name, "in")
+        except CaptureError:
+            return False
+        return path in self.file._datasets or path in self.file._groups
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._datasets)
+        return iter(self._children())
+
+    def __len__(self) -> int:
+        return len(self._children())
+
+    def __bool__(self) -> bool:
+        return True
 
     def keys(self) -> list[str]:
-        """Dataset names."""
-        return list(self._datasets)
+        """Names of the members."""
+        return self._children()
 
-    def create_group(self, name: str, **kw: Any) -> Any:
-        raise CaptureError(f"create_group({name!r}): groups are not supported in a capture")
+    def values(self) -> list[Any]:
+        """The members."""
+        return [self[n] for n in self._children()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """``(name, member)`` pairs."""
+        return [(n, self[n]) for n in self._children()]
+
+    def zeros(self, name: str, shape: Any, **kw: Any) -> CapturedDataset:
+        """zarr-python: a new array reading 0 where unwritten."""
+        return self.create_array(name, shape=shape, **{"fill_value": 0, **kw})
+
+    def ones(self, name: str, shape: Any, **kw: Any) -> CapturedDataset:
+        """zarr-python: a new array reading 1 where unwritten."""
+        return self.create_array(name, shape=shape, **{"fill_value": 1, **kw})
+
+    def full(self, name: str, shape: Any, fill_value: Any, **kw: Any) -> CapturedDataset:
+        """zarr-python: a new array reading ``fill_value`` where unwritten."""
+        return self.create_array(name, shape=shape, fill_value=fill_value, **kw)
+
+    def empty(self, name: str, shape: Any, **kw: Any) -> CapturedDataset:
+        """zarr-python: a new array (unwritten values read its fill value)."""
+        return self.create_array(name, shape=shape, **kw)
+
+    def array(self, name: str, data: Any, **kw: Any) -> CapturedDataset:
+        """zarr-python: a new array holding ``data``."""
+        return self.create_array(name, data=data, **kw)
+
+    def array_keys(self) -> list[str]:
+        """zarr-python: names of the arrays."""
+        return [n for n, v in self.items() if isinstance(v, CapturedDataset)]
+
+    def group_keys(self) -> list[str]:
+        """zarr-python: names of the groups."""
+        return [n for n, v in self.items() if isinstance(v, CapturedGroup)]
+
+    def arrays(self) -> list[tuple[str, Any]]:
+        """zarr-python: ``(name, array)`` pairs."""
+        return [(n, v) for n, v in self.items() if isinstance(v, CapturedDataset)]
+
+    def groups(self) -> list[tuple[str, Any]]:
+        """zarr-python: ``(name, group)`` pairs."""
+        return [(n, v) for n, v in self.items() if isinstance(v, CapturedGroup)]
+
+    def members(self) -> list[tuple[str, Any]]:
+        """zarr-python: ``(name, member)`` pairs."""
+        return self.items()
+
+    def visit(self, func: Any) -> Any:
+        """As h5py's ``visit``: ``func(name)`` for every member below, until it returns a value."""
+        return self.visititems(lambda name, _: func(name))
+
+    def visititems(self, func: Any) -> Any:
+        """As h5py's ``visititems``: ``func(name, member)`` below this group, in name order."""
+        prefix = f"{self._path}/" if self._path else ""
+        names = sorted(
+            n
+            for n in [*self.file._datasets, *self.file._groups]
+            if n.startswith(prefix) and n and n != self._path
+        )
+        for n in names:
+            node = self.file._datasets[n] if n in self.file._datasets else self.file._groups[n]
+            out = func(n[len(prefix) :], node)
+            if out is not None:
+                return out
+        return None
+
+    def flush(self) -> None:
+        """Nothing to do: the capture writes when its block ends."""
 
     def close(self) -> None:
         """Accepted for h5py compatibility; the capture commits when its ``with`` block ends."""
 
+
+def _plain(dtype: Any) -> Any:
+    return None if dtype is None or is_text_dtype(dtype) else dtype
+
+
+class CapturedFile(CapturedGroup):
+    """What ``capture()`` yields: the root group, h5py's ``File`` / zarr-python's root ``Group``."""
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str],
+        mode: str = "w",
+        format: str = defaults.FORMAT,
+        shared: bool = False,
+    ) -> None:
+        if mode not in ("w", "w-", "x"):
+            raise CaptureError(f"mode {mode!r}: a capture creates a new checkpoint; use 'w'")
+        super().__init__(None, "")
+        self._file = self
+        self.filename = os.fspath(target)
+        self.mode = "r+"
+        #: The committed :class:`~orchestrator.Checkpoint`, once the block ended.
+        self.checkpoint: Checkpoint | None = None
+        self._backend = get_backend(format)
+        self._zarr = self._backend.name == "zarr"
+        self._shared = shared
+        self._datasets: dict[str, CapturedDataset] = {}
+        self._groups: dict[str, CapturedGroup] = {"": self}
+
+    def __enter__(self) -> CapturedFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Leaving ``with f:`` inside the capture closes nothing: the capture commits."""
+
     def specs_and_contributions(
         self, client: int
     ) -> tuple[dict[str, DatasetSpec], dict[str, Contribution]]:
-        """What the stage needs: a spec per dataset and this client's contributions."""
+        """What the stage needs: a spec per dataset of rows and this client's contributions."""
         specs, cons = {}, {}
         for name, ds in self._datasets.items():
-            specs[name] = DatasetSpec(name, ds.shape, ds.dtype)
+            spec = ds.spec(self._dims(ds))
+            if spec is None:
+                continue
+            specs[name] = spec
             c = ds.contribution(client)
             if c is not None:
                 cons[name] = c
         return specs, cons
 
+    def _dims(self, ds: CapturedDataset) -> Any:
+        """Dimension names: as given (zarr), from attached scales (h5py), or none."""
+        if getattr(ds, "_dims_given", False):
+            return ds._spec.dims if ds._spec is not None else False
+        names: list[str | None] = [None] * ds.ndim
+        for axis, scale in ds._scales.items():
+            names[axis] = scale.name.rsplit("/", 1)[-1]
+        if ds.is_scale and ds.ndim == 1:
+            names[0] = ds.name.rsplit("/", 1)[-1]
+        return tuple(names) if any(n is not None for n in names) else False
+
+    def values_(self) -> dict[str, Any]:
+        """Scalar and text datasets, whole (``WriteOptions(values=...)``)."""
+        return {
+            n: {"data": ds.whole_value(), "text": ds._text, "dims": False, **ds._options}
+            for n, ds in self._datasets.items()
+            if ds._spec is None
+        }
+
+    def all_groups(self) -> list[str]:
+        """Every group made (empty ones too)."""
+        return sorted(g for g in self._groups if g)
+
     def all_attrs(self) -> dict[str, dict[str, Any]]:
-        """``{"": file attributes, dataset: its attributes}`` for the stage."""
-        out = {"": dict(self.attrs)} if self.attrs else {}
+        """``{"": file attributes, group or dataset: its attributes}`` for the stage."""
+        out = {p: dict(g.attrs) for p, g in self._groups.items() if g.attrs}
         out.update({n: dict(d.attrs) for n, d in self._datasets.items() if d.attrs})
         return out
 
@@ -362,7 +612,7 @@ def capture(
     write = WriteOptions(format=format, allow_missing=True, overwrite=overwrite).updated(
         **stage_options
     )
-    f = CapturedFile(target, mode)
+    f = CapturedFile(target, mode, format=format, shared=clients > 1)
     escaped = os.fspath(target).replace("{", "{{").replace("}", "}}")
     name = f"capture:{f.filename}"  # every capture of one target agrees on it: one stage
     try:
@@ -384,20 +634,23 @@ def capture(
                 pass
         raise
     specs, cons = f.specs_and_contributions(client)
-    if not specs:
-        raise CaptureError(f"capture({f.filename!r}): no dataset was created")
-    unwritten = [n for n in specs if n not in cons]
-    if unwritten and clients == 1:
-        raise CaptureError(f"capture({f.filename!r}): dataset(s) {unwritten} were never written")
+    if not f._datasets and not f.all_groups():
+        raise CaptureError(f"capture({f.filename!r}): no dataset or group was created")
+    tree: dict[str, Any] = {"groups": f.all_groups(), "values": f.values_() or None}
+    if "attrs" not in stage_options:  # the file's attributes, unless the caller gave its own
+        tree["attrs"] = f.all_attrs()
+    try:
+        write = write.updated(**tree)
+    except ContributionError as err:
+        raise CaptureError(f"capture({f.filename!r}): {err}") from None
     opts = StageOptions(
         target=escaped,
         clients=clients,
-        # the file's attributes, unless the caller gave its own (as before: theirs win)
-        write=write if "attrs" in stage_options else write.updated(attrs=f.all_attrs()),
+        write=write,
         cluster=cluster,
         scheduler=scheduler,
         shapes={n: s.shape for n, s in specs.items()},
-        dtypes={n: s.dtype.str for n, s in specs.items()},
+        specs=specs,
     )
 
     def record(step: int, client: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:

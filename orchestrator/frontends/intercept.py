@@ -70,7 +70,9 @@ class StageOptions:
     shapes: Mapping[str, tuple[int, ...]] | None = None
     scheduler: str | None = None
     cluster: Any = field(default=None, compare=False)
-    dtypes: Mapping[str, str] | None = None
+    dtypes: Mapping[str, Any] | None = None
+    #: whole specs by dataset (storage options, dimension names), as a capture records them
+    specs: Mapping[str, DatasetSpec] | None = None
     wait: bool = True
 
     def path(self, step: Any, name: str) -> Path:
@@ -181,14 +183,15 @@ def _as_contributions(result: Any, client: int, name: str) -> dict[str, Contribu
 
 
 def infer_spec(
-    name: str, parts: list[tuple[int, tuple[int, ...], str, int]], shape: tuple[int, ...] | None
+    name: str, parts: list[tuple[int, tuple[int, ...], Any, int]], shape: tuple[int, ...] | None
 ) -> DatasetSpec:
     """A dataset's spec from its contributions' ``(n_rows held, value shape, dtype, max row)``.
 
     Examples
     --------
-    >>> infer_spec("u", [(2, (2, 3), "<f8", 4), (1, (1, 3), "<f4", 1)], None)
-    DatasetSpec(name='u', shape=(5, 3), dtype=dtype('float64'), fill_value=0.0)
+    >>> spec = infer_spec("u", [(2, (2, 3), "<f8", 4), (1, (1, 3), "<f4", 1)], None)
+    >>> spec.shape, spec.dtype
+    ((5, 3), dtype('float64'))
     """
     row_shapes = {tuple(p[1][1:]) for p in parts}
     if len(row_shapes) > 1:
@@ -201,11 +204,11 @@ def infer_spec(
     return DatasetSpec(name, full, dtype)
 
 
-def _summary(con: Contribution) -> tuple[int, tuple[int, ...], str, int]:
+def _summary(con: Contribution) -> tuple[int, tuple[int, ...], Any, int]:
     return (
         con.rows.size,
         tuple(con.values.shape),
-        con.values.dtype.str,
+        con.values.dtype,
         int(con.rows[-1]) if con.rows.size else -1,
     )
 
@@ -237,7 +240,11 @@ def _run(
         spec = infer_spec(ds, summaries, (opts.shapes or {}).get(ds))
         if opts.dtypes and ds in opts.dtypes:
             spec = DatasetSpec(ds, spec.shape, opts.dtypes[ds])
+        if opts.specs and ds in opts.specs:
+            spec = opts.specs[ds]
         datasets[ds] = (spec, held)
+    for ds, spec in (opts.specs or {}).items():  # created, and written by no client
+        datasets.setdefault(ds, (spec, []))
     target = opts.path(step, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     res = write_stage(target, datasets, opts.write, cluster=cluster)
