@@ -45,6 +45,7 @@ from .hdf5_chunks import ChunkSpoolWriter, assemble, remove_spools
 from .hdf5_tree import (
     check_spec,
     chunk_band_bytes,
+    create_chunked,
     create_contiguous,
     h5_kwargs,
     load_filters,
@@ -70,6 +71,24 @@ def _stripe_size(spec: DatasetSpec, requested: int, rows: bool) -> int:
     if rows:
         return max(1, requested // max(spec.row_bytes, 1)) * spec.row_bytes
     return requested
+
+
+def _pad_last_chunks(
+    path: Path, specs: Sequence[DatasetSpec], tables: dict[str, tuple[int, list[int]]]
+) -> None:
+    """The fill value in the part of each last chunk beyond its dataset, as h5py writes it
+    (never read, but the chunk's bytes are then h5py's own)."""
+    with open(path, "r+b") as fh:
+        for spec in specs:
+            if spec.name not in tables:
+                continue
+            band, addrs = tables[spec.name]
+            used = spec.nbytes - (len(addrs) - 1) * band
+            if used < band:
+                rows = (band - used) // spec.row_bytes
+                pad = np.full((rows, *spec.row_shape), spec.fill_value, dtype=spec.dtype)
+                fh.seek(addrs[-1] + used)
+                fh.write(pad.tobytes())
 
 
 def _read_rows(ds: Any, offset: int, nbytes: int) -> bytes:
@@ -153,10 +172,28 @@ class HDF5Writer(_PositionedWriter):
     def __init__(self, info: dict[str, Any], aggregate: bool) -> None:
         self.path = info["path"]
         self.offsets: dict[str, int] = info["offsets"]
+        #: unfiltered whole-row chunks placed by HDF5: ``(band bytes, chunk addresses)``
+        self.tables: dict[str, tuple[int, list[int]]] = info.get("tables", {})
         super().__init__(self.path, info["stripe_bytes"], aggregate, info)
 
     def position(self, dataset: str, offset: int) -> int:
+        table = self.tables.get(dataset)
+        if table is not None:  # valid within one chunk: put() cuts pieces at chunks
+            band, addrs = table
+            k, inner = divmod(offset, band)
+            return addrs[k] + inner
         return self.offsets[dataset] + offset
+
+    def put(self, dataset: str, offset: int, data: memoryview) -> None:
+        table = self.tables.get(dataset)
+        if table is None:
+            super().put(dataset, offset, data)
+            return
+        band, at = table[0], 0
+        while at < len(data):  # each chunk's part at its own place
+            n = min(len(data) - at, band - (offset + at) % band)
+            super().put(dataset, offset + at, data[at : at + n])
+            at += n
 
 
 class HDF5Backend(Backend):
@@ -193,18 +230,23 @@ class HDF5Backend(Backend):
 
         offsets = {}
         chunked: dict[str, dict[str, Any]] = {}
+        tables: dict[str, tuple[int, list[int]]] = {}
         # datasets start on a page, so whole pages of their pieces can go to the device directly
         with h5py.File(tmp, "w", alignment_threshold=PAGE, alignment_interval=PAGE) as f:
             for spec in specs:
-                if spec.chunked:  # as the user's h5py would create it; chunks come at finish
+                if spec.chunked:  # as the user's h5py would create it
                     kw = h5_kwargs(spec, resolved_chunks(spec))
                     for g in parent_groups(spec.name):
                         f.require_group(g)
-                    f.create_dataset(spec.name, shape=spec.shape, dtype=spec.dtype, **kw)
-                    chunked[spec.name] = kw
+                    addrs = create_chunked(f, spec, kw)
+                    if addrs is None:  # filtered, or not whole rows: encoded, at finish
+                        chunked[spec.name] = kw
+                    else:  # unfiltered whole-row chunks: written in place
+                        tables[spec.name] = (chunk_band_bytes(spec), addrs)
                 else:
                     offsets[spec.name] = create_contiguous(f, spec.name, spec.shape, spec.dtype)
             make_scales(f, specs)
+        _pad_last_chunks(tmp, specs, tables)
         # the datasets' blocks now, not as the direct writes come (engine.directio.preallocate)
         reserved = preallocate(
             tmp, [(offsets[s.name], s.nbytes) for s in specs if s.name in offsets]
@@ -217,6 +259,8 @@ class HDF5Backend(Backend):
             "reserved": reserved,
             "nbytes": sum(s.nbytes for s in specs),
         }
+        if tables:
+            info["tables"] = tables
         if chunked:
             info["chunked"] = chunked
             info["meta"] = {
@@ -230,7 +274,8 @@ class HDF5Backend(Backend):
         return HDF5Writer(info, aggregate)
 
     def direct_writes(self, info: dict[str, Any]) -> bool:
-        return not info.get("chunked")
+        # sources write runs as if contiguous in the file: chunks placed apart are not
+        return not info.get("chunked") and not info.get("tables")
 
     def fill(self, info: dict[str, Any], spec: DatasetSpec, rows: np.ndarray) -> None:
         """Write the fill value into rows nobody contributed (allowed missing rows).

@@ -195,6 +195,51 @@ def create_contiguous(f: Any, name: str, shape: tuple[int, ...], dtype: Any) -> 
     return offset
 
 
+#: most chunks of one dataset written in place (their addresses go to every I/O node)
+MAX_TABLE = 1 << 20
+
+
+def create_chunked(f: Any, spec: DatasetSpec, kw: dict[str, Any]) -> list[int] | None:
+    """Create ``spec``'s chunked dataset with keywords ``kw``; where its chunks need no
+    encoding, the file address of each (in row order), for writes in place.
+
+    That is the case of chunks without filters that span whole rows (``chunks[1:]``
+    the row's shape), at most :data:`MAX_TABLE` of them: allocated now
+    (``H5D_ALLOC_TIME_EARLY``, never filled), a chunk holds its rows' bytes as they
+    are, and I/O nodes write them at its address as they write a contiguous
+    dataset. Otherwise (None) the chunks are encoded by the I/O nodes and stored at
+    the end (:mod:`plugins.hdf5_chunks`).
+
+    Examples
+    --------
+    >>> import h5py
+    >>> spec = DatasetSpec("u", (8, 3), "f8", chunks=(2, 3))
+    >>> with h5py.File("mem", "w", driver="core", backing_store=False) as f:
+    ...     len(create_chunked(f, spec, h5_kwargs(spec)))
+    4
+    """
+    import h5py
+
+    chunks = kw["chunks"]
+    plain = not (spec.compression or spec.shuffle or spec.fletcher32)
+    whole_rows = tuple(chunks[1:]) == tuple(spec.shape[1:])
+    n = -(-spec.n_rows // chunks[0]) if spec.n_rows else 0
+    if not (plain and whole_rows and 0 < n <= MAX_TABLE):
+        f.create_dataset(spec.name, shape=spec.shape, dtype=spec.dtype, **kw)
+        return None
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # every byte is written (or filled)
+    ds = f.create_dataset(spec.name, shape=spec.shape, dtype=spec.dtype, dcpl=dcpl, **kw)
+    if ds.id.get_num_chunks() != n:
+        return None
+    addrs = [0] * n
+    for i in range(n):
+        info = ds.id.get_chunk_info(i)
+        addrs[info.chunk_offset[0] // chunks[0]] = int(info.byte_offset)
+    return addrs
+
+
 def _scale_path(spec: DatasetSpec, dim: str, names: set[str]) -> str:
     """Where dimension ``dim`` of ``spec`` has its scale: a coordinate dataset of that name in
     the dataset's group or the nearest group above (netCDF-4 scoping), else its own group."""
