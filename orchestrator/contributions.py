@@ -519,6 +519,10 @@ def _fill_value(name: str, dtype: np.dtype[Any], given: Any) -> Any:
     if np.ndim(given) != 0:
         raise ContributionError(f"dataset {name!r}: fill_value {given!r} must be one value")
     given = 0 if given is None else given  # None: as h5py, zarr
+    if isinstance(given, np.datetime64 | np.timedelta64):  # NumPy made 1 s into 1.0
+        raise ContributionError(
+            f"dataset {name!r}: fill_value {given!r} is a time, not a {dtype} value"
+        )
     if isinstance(given, str | bytes):  # "1" would be parsed into 1
         raise ContributionError(
             f"dataset {name!r}: fill_value {given!r} is text, not a {dtype} value"
@@ -533,6 +537,9 @@ def _fill_value(name: str, dtype: np.dtype[Any], given: Any) -> Any:
         ) from None
     return fill.item()
 
+
+#: attribute names HDF5's dimension scales keep their links in (writing them breaks readers)
+RESERVED_ATTRS = ("DIMENSION_LIST", "REFERENCE_LIST")
 
 #: values in one list attribute (HDF5 keeps attributes in an object header of 64 KiB)
 MAX_ATTR_ITEMS = 4096
@@ -586,6 +593,11 @@ def check_attrs(attrs: Any) -> None:
                 f"attrs[{where!r}] must be a mapping of names to values, got {group!r}"
             )
         for name, value in group.items():
+            if name in RESERVED_ATTRS:  # HDF5's dimension scales, made by the backend
+                raise ContributionError(
+                    f"attrs[{where!r}]: {name!r} is HDF5's dimension-scale bookkeeping; give "
+                    "dims= (or attach scales in a capture) instead"
+                )
             if name == "io_orchestrator_manifest":  # it went into the manifest, not stored
                 raise ContributionError(f"attrs[{where!r}]: {name!r} is reserved for the manifest")
             if not isinstance(name, str) or not name or "\0" in name or not _utf8(name):

@@ -109,6 +109,11 @@ def check_dtype(dtype: Any, what: str) -> np.dtype[Any]:
         dt = np.dtype(dtype)
     except (TypeError, ValueError) as err:
         raise ContributionError(f"{what}: dtype {dtype!r}: {err}") from None
+    if dt.subdtype is not None:  # ("f8", (3,)): NumPy moves the 3 into the shape
+        raise ContributionError(
+            f"{what}: dtype {dt} is a sub-array; give its shape {dt.subdtype[1]} as more "
+            f"axes of the dataset, of dtype {dt.subdtype[0]}"
+        )
     problem = _dtype_problem(dt)
     if problem:
         raise ContributionError(f"{what}: dtype {dt}: {problem}")
@@ -348,7 +353,15 @@ MAX_VALUES_BYTES = 1 << 20
 
 
 #: storage options a small dataset may be given (h5py's ``create_dataset`` keywords)
-VALUE_OPTIONS = ("chunks", "compression", "compression_opts", "shuffle", "fletcher32", "maxshape")
+VALUE_OPTIONS = (
+    "chunks",
+    "compression",
+    "compression_opts",
+    "shuffle",
+    "fletcher32",
+    "maxshape",
+    "fillvalue",
+)
 
 
 def check_values(values: Any) -> dict[str, Any]:
@@ -364,7 +377,7 @@ def check_values(values: Any) -> dict[str, Any]:
     Examples
     --------
     >>> check_values({"time": 2.5, "names": ["a", "bc"]})["names"]
-    {'value': ['a', 'bc'], 'text': True, 'options': {}, 'dims': ['names_dim0']}
+    {'value': ['a', 'bc'], 'text': True, 'options': {}, 'dims': ['names_dim0'], 'encoding': 'utf-8'}
     """
     import json
 
@@ -383,15 +396,19 @@ def check_values(values: Any) -> dict[str, Any]:
         what = f"values[{name!r}]"
         options: dict[str, Any] = {}
         text = dims = None
+        encoding = "utf-8"
         value = given
         if isinstance(given, dict):
-            extra = set(given) - {"data", "text", "dims", *VALUE_OPTIONS}
+            extra = set(given) - {"data", "text", "dims", "encoding", *VALUE_OPTIONS}
             if "data" not in given or extra:
                 raise ContributionError(
                     f"{what}: a mapping needs 'data' and takes 'text' and "
                     f"{', '.join(VALUE_OPTIONS)}; got {sorted(given)}"
                 )
             value, text, dims = given["data"], given.get("text"), given.get("dims")
+            encoding = given.get("encoding", "utf-8")
+            if encoding not in ("utf-8", "ascii"):
+                raise ContributionError(f"{what}: encoding {encoding!r} is not utf-8 or ascii")
             options = {
                 k: _plain_option(given[k]) for k in VALUE_OPTIONS if given.get(k) is not None
             }
@@ -415,6 +432,7 @@ def check_values(values: Any) -> dict[str, Any]:
                 "text": True,
                 "options": options,
                 "dims": list(check_dims(dims, path, ndim)),
+                "encoding": encoding,
             }
             continue
         if isinstance(value, bool | int | float | complex) and not isinstance(value, np.generic):
@@ -446,7 +464,7 @@ def _plain_option(value: Any) -> Any:
     """An option as JSON keeps it (tuples become lists; h5py takes either)."""
     if isinstance(value, tuple | list):
         return [None if v is None else int(v) for v in value]
-    if isinstance(value, np.integer | np.bool_):
+    if isinstance(value, np.generic):
         return value.item()
     return value
 

@@ -170,7 +170,9 @@ def link_create() -> Any:
     return lcpl
 
 
-def create_contiguous(f: Any, name: str, shape: tuple[int, ...], dtype: Any) -> int:
+def create_contiguous(
+    f: Any, name: str, shape: tuple[int, ...], dtype: Any, fill: Any = None
+) -> int:
     """A contiguous dataset allocated now, never filled; its byte offset in the file.
 
     Examples
@@ -187,6 +189,8 @@ def create_contiguous(f: Any, name: str, shape: tuple[int, ...], dtype: Any) -> 
     dcpl.set_layout(h5py.h5d.CONTIGUOUS)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
     dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    if fill is not None:  # kept as the dataset's property, as h5py's fillvalue= keeps it
+        dcpl.set_fill_value(np.array(fill, dtype=dtype))
     space = h5py.h5s.create_simple(shape)
     tid = h5py.h5t.py_create(dtype, logical=True)
     dsid = h5py.h5d.create(f.id, name.encode(), tid, space, dcpl=dcpl, lcpl=link_create())
@@ -340,8 +344,16 @@ def write_tree(f: Any, tree: Mapping[str, Any]) -> None:
         arr = decode(value["value"])
         opts = {k: tuple(v) if isinstance(v, list) else v for k, v in value["options"].items()}
         if value["text"]:  # variable-length text
-            data = np.array(arr, dtype=object) if arr else np.empty((0,), dtype=object)
-            ds = f.create_dataset(name, data=data, dtype=h5py.string_dtype(), **opts)
+            encoding = value.get("encoding", "utf-8")
+            items = [arr] if isinstance(arr, str) else arr
+            if encoding == "ascii":  # h5py stores ASCII text from bytes, one per character
+                items = [t.encode("latin-1") for t in items]
+            data: Any = np.empty(len(items), dtype=object)
+            data[:] = items
+            if isinstance(arr, str):
+                data = data.reshape(())
+            opts.pop("fillvalue", None)  # h5py keeps no fill value for variable-length text
+            ds = f.create_dataset(name, data=data, dtype=h5py.string_dtype(encoding), **opts)
         else:
             ds = f.create_dataset(name, data=arr, **opts)
         for axis, d in enumerate(value["dims"]):  # named, as rows' datasets are

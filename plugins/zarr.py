@@ -42,6 +42,19 @@ def _rows_per_shard(spec: DatasetSpec, requested: int) -> int:
     return max(1, requested // max(spec.row_bytes, 1))
 
 
+def _plain_record(dt: np.dtype[Any]) -> bool:
+    """A record zarr-python stores and reads back as given: packed, plain native fields."""
+    offset = 0
+    for name in dt.names or ():
+        field, at = dt.fields[name][:2]  # type: ignore[index]
+        if field.subdtype is not None or field.names or at != offset:
+            return False
+        if field.byteorder not in "=|" and field != field.newbyteorder("="):
+            return False
+        offset += field.itemsize
+    return offset == dt.itemsize
+
+
 def _plain(value: Any) -> Any:
     """An attribute value as zarr-python stores it: JSON, NumPy values as Python ones."""
     if isinstance(value, np.generic | np.ndarray):
@@ -300,6 +313,12 @@ class ZarrBackend(Backend):
             raise StorageError(
                 f"{where}: compression={spec.compression!r} and compressors= both given; give one"
             )
+        if spec.dtype.names and not _plain_record(spec.dtype):
+            raise StorageError(
+                f"{where}: dtype {spec.dtype}: Zarr (zarr-python 3.1) stores records of plain "
+                "fields in this machine's byte order, packed; this one has a sub-array, "
+                "another byte order or padding (store it in HDF5, or split its fields)"
+            )
         if spec.shards is not None and spec.dtype.names:
             raise StorageError(
                 f"{where}: shards={spec.shards} with a structured dtype: zarr-python 3.1 cannot "
@@ -361,42 +380,24 @@ class ZarrBackend(Backend):
         Python values, as zarr-python stores them)."""
         import zarr
 
-        group = zarr.open_group(tmp, mode="r+")
-        for g in tree.get("groups", ()):
-            group.require_group(g)
-        for spec in tree.get("empty", ()):
-            group.create_array(spec.name, **zarr_kwargs(spec))
-        for name, value in tree.get("values", {}).items():
-            arr = decode(value["value"])
-            if set(value["options"]) - {"chunks"}:
-                raise StorageError(
-                    f"values[{name!r}]: options {sorted(value['options'])} are HDF5's; Zarr "
-                    "takes chunks only here"
-                )
-            if value["text"]:  # variable-length text
-                data = np.array(arr, dtype=object) if arr else np.empty((0,), dtype=object)
-                a = group.create_array(
-                    name,
-                    shape=data.shape,
-                    dtype=str,
-                    fill_value="",
-                    dimension_names=value["dims"] or None,
-                    **value["options"],
-                )
-                a[...] = data
-            else:
-                arr = np.asarray(arr)
-                a = group.create_array(
-                    name,
-                    shape=arr.shape,
-                    dtype=arr.dtype,
-                    dimension_names=value["dims"] or None,
-                    **value["options"],
-                )
-                a[...] = arr
-        for where, attrs in tree.get("attrs", {}).items():  # "" = the root, else a group/array
-            node = group[where] if where else group
-            node.attrs.update({k: _plain(decode(v)) for k, v in attrs.items()})
+        write_tree(zarr.open_group(tmp, mode="r+"), tree)
+
+    def check_tree(self, tree: dict[str, Any]) -> None:
+        """Try the stage's groups, values and attributes in memory first: what zarr-python
+        refuses fails here, by name, not after every row is written."""
+        import zarr
+
+        try:
+            group = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+            write_tree(group, {**tree, "attrs": {}})
+            for where in tree.get("attrs") or {}:  # a dataset of rows: a stand-in
+                if where and where not in group:
+                    group.create_array(where, shape=(1,), dtype="f8")
+            write_tree(group, {"attrs": tree.get("attrs") or {}})
+        except StorageError:
+            raise
+        except Exception as err:  # zarr-python's own refusal, of any type
+            raise StorageError(f"the stage's groups, values or attributes: {err}") from None
 
     def finish(self, tmp: Path, manifest: dict[str, Any]) -> None:
         import zarr
@@ -442,3 +443,60 @@ class ZarrBackend(Backend):
             *manifest.get("empty", {}),
         ]
         return {name: group[name] for name in names}
+
+
+def write_tree(group: Any, tree: dict[str, Any]) -> None:
+    """A stage's groups, small and empty datasets and attributes into a Zarr ``group``.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> from orchestrator.specs import check_values
+    >>> g = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+    >>> write_tree(g, {"groups": ["run"], "values": check_values({"run/t": 1.5})})
+    >>> float(g["run/t"][()])
+    1.5
+    """
+    for g in tree.get("groups", ()):
+        group.require_group(g)
+    for spec in tree.get("empty", ()):
+        group.create_array(spec.name, **zarr_kwargs(spec))
+    for name, value in tree.get("values", {}).items():
+        arr = decode(value["value"])
+        options = dict(value["options"])
+        if "fillvalue" in options:
+            options["fill_value"] = options.pop("fillvalue")
+        if set(options) - {"chunks", "fill_value"}:
+            raise StorageError(
+                f"values[{name!r}]: options {sorted(options)} are HDF5's; Zarr "
+                "takes chunks and a fill value only here"
+            )
+        if value["text"]:  # variable-length text
+            items = [arr] if isinstance(arr, str) else arr
+            data: Any = np.empty(len(items), dtype=object)
+            data[:] = items
+            if isinstance(arr, str):
+                data = data.reshape(())
+            options.pop("fill_value", None)
+            a = group.create_array(
+                name,
+                shape=data.shape,
+                dtype=str,
+                fill_value="",
+                dimension_names=value["dims"] or None,
+                **options,
+            )
+            a[...] = data
+        else:
+            arr = np.asarray(arr)
+            a = group.create_array(
+                name,
+                shape=arr.shape,
+                dtype=arr.dtype,
+                dimension_names=value["dims"] or None,
+                **options,
+            )
+            a[...] = arr
+    for where, attrs in tree.get("attrs", {}).items():  # "" = the root, else a group/array
+        node = group[where] if where else group
+        node.attrs.update({k: _plain(decode(v)) for k, v in attrs.items()})

@@ -197,3 +197,52 @@ def test_a_committed_capture_holds_column_and_strided_writes(tmp_path, fmt):
     want[5] = [1.0, 2.0, 3.0]
     arrays = orc.open_checkpoint(target)
     np.testing.assert_array_equal(np.asarray(arrays["g/u"][...]), want)
+
+
+# ------------------------------------------------- what the hostile probe of issue 15 found
+def test_text_keeps_its_bytes_and_encoding_and_other_object_dtypes_are_refused(tmp_path):
+    target = tmp_path / "t.h5"
+    with orc.capture(target) as f:
+        t = f.create_dataset("t", (2,), dtype=h5py.string_dtype("ascii"))
+        t[0] = b"ab"  # was stored as the text "b'ab'"
+        t[1] = b"\xff"
+        f.create_dataset("u", data="hello")
+        with pytest.raises(CaptureError, match="variable-length arrays"):
+            f.create_dataset("v", (1,), dtype=h5py.vlen_dtype("i4"))
+    with h5py.File(target, "r") as h:
+        assert h["t"][...].tolist() == [b"ab", b"\xff"]
+        assert h5py.check_string_dtype(h["t"].dtype).encoding == "ascii"
+        assert h["u"][()] == b"hello" and h["u"].shape == ()
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "zarr"])
+def test_shrinking_then_growing_discards_the_rows_cut_off(tmp_path, fmt):
+    target = tmp_path / ("s.h5" if fmt == "hdf5" else "s.zarr")
+    with orc.capture(target, format=fmt) as f:
+        u = f.create_dataset("u", shape=(5,), dtype="i4", maxshape=None if fmt == "zarr" else (10,))
+        u[...] = [1, 2, 3, 4, 5]
+        u.resize((2,))
+        u.resize((5,))
+        assert u[...].tolist() == [1, 2, 0, 0, 0]
+    assert orc.open_checkpoint(target)["u"].tolist() == [1, 2, 0, 0, 0]
+
+
+def test_writes_after_the_capture_ended_are_refused_and_caller_attrs_merge(tmp_path):
+    with orc.capture(tmp_path / "c.h5", attrs={"": {"b": 2}}) as f:
+        u = f.create_dataset("u", data=np.arange(3.0))
+        f.attrs["a"] = 1
+    with pytest.raises(CaptureError, match="has ended"):
+        u[0] = 5.0
+    with pytest.raises(CaptureError, match="has ended"):
+        f.create_dataset("late", data=[1])
+    with h5py.File(tmp_path / "c.h5", "r") as h:
+        assert h.attrs["a"] == 1 and h.attrs["b"] == 2
+
+
+def test_zarr_spellings_h5py_accepts_are_accepted(tmp_path):
+    with orc.capture(tmp_path / "z.zarr", format="zarr") as f:
+        f.create_array("s", shape=(), dtype="f4")[()] = 1.5  # a scalar, no chunks asked
+        a = f.create_array("a", shape=(10,), dtype="i4", chunks=5)
+        a[...] = np.ones(10)  # float ones into ints: every value kept exactly
+    got = orc.open_checkpoint(tmp_path / "z.zarr")
+    assert got["a"].tolist() == [1] * 10 and float(got["s"]) == 1.5

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import pytest
 
+from orchestrator import open_checkpoint as orc_open
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.engine.cluster import local_cluster
 from orchestrator.engine.stage import write_stage
@@ -360,7 +361,7 @@ def test_filters_of_hdf5plugin_and_zarr_codecs(tmp_path, fmt, compression):
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"groups": ["u"]}, "both a dataset and a group"),
+        ({"groups": ["u"]}, "inside dataset .u."),
         ({"groups": ["a//b"]}, "empty part"),
         ({"attrs": {"nowhere": {"x": 1}}}, "'nowhere'"),
         ({"values": {"u": 1.0}}, "also a dataset"),
@@ -397,3 +398,51 @@ def test_a_stage_of_only_small_values_groups_and_empty_datasets(tmp_path):
         assert f["log/t"].shape == (0,) and f["log/t"].maxshape == (None,)
         assert f["meta/name"][()] == b"run 1" and f["meta/step"].dtype == np.int32
         assert "empty" in f and bool(f["meta"].attrs["ok"]) is True
+
+
+def test_what_no_format_stores_as_asked_is_refused_before_any_row(tmp_path):
+    with pytest.raises(ContributionError, match="sub-array"):
+        DatasetSpec("u", (3,), ("f8", (3,)))
+    with pytest.raises(ContributionError, match="a time"):
+        DatasetSpec("u", (3,), "f8", fill_value=np.datetime64(1, "s"))
+    spec = DatasetSpec("u", (4,), "f8")
+    parts = [Contribution(0, np.arange(4), np.zeros(4))]
+    for kwargs, error, named in [
+        ({"attrs": {"u": {"DIMENSION_LIST": 1}}}, ContributionError, "DIMENSION_LIST"),
+        ({"values": {"t": {"data": 1.0, "compression": "gzip"}}}, StorageError, "Scalar"),
+        ({"values": {"t": np.array(["a"])}}, StorageError, "dtype"),
+        ({"attrs": {"u": {"b": b"a\x00"}}}, StorageError, "NULL"),
+        ({"groups": ["u/sub"]}, ContributionError, "inside dataset 'u'"),
+    ]:
+        with pytest.raises(error, match=named):
+            write_stage(tmp_path / "x.h5", {"u": (spec, parts)}, cluster=object(), **kwargs)
+    rec = DatasetSpec("r", (4,), [("a", ">i4"), ("b", "<f8")])
+    with pytest.raises(StorageError, match="byte order"):
+        write_stage(
+            tmp_path / "x.zarr",
+            {"r": (rec, [])},
+            format="zarr",
+            allow_missing=True,
+            cluster=object(),
+        )
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_stages_without_rows_and_datasets_nobody_wrote(tmp_path, fmt):
+    write_stage(tmp_path / "v", {}, format=fmt, values={"t": "", "n": 3}, cluster=object())
+    got = orc_open(tmp_path / "v")
+    assert got["t"].shape == () and got["n"] == 3
+    with local_cluster(n_ionodes=2, n_compute=1) as cl:
+        write_stage(
+            tmp_path / "w",
+            {
+                "a": (DatasetSpec("a", (2,), "f8"), [Contribution(0, [0, 1], np.ones(2))]),
+                "b": (DatasetSpec("b", (3,), "i2", fill_value=9), []),
+            },
+            format=fmt,
+            allow_missing=True,
+            cluster=cl,
+        )
+    got = orc_open(tmp_path / "w")
+    assert sorted(got) == ["a", "b"] and got["b"].tolist() == [9, 9, 9]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..contributions import ContributionError, cast_exactly
+from ..contributions import Contribution, ContributionError, cast_exactly
 
 __all__ = [
     "compact_rows",
@@ -81,6 +81,12 @@ def describe_contributions(*cons: Any) -> list[tuple[int, Any, tuple[int, ...], 
     ...     Contribution(1, [4, 5], np.zeros((2, 3))))]
     [(1, [4, 5], (2, 3), dtype('float64'))]
     """
+    for c in cons:
+        if not isinstance(c, Contribution):  # a future of something else: said, not a raw error
+            raise ContributionError(
+                f"a Dask future given as a contribution holds a {type(c).__name__}, not a "
+                "Contribution"
+            )
     return [(c.client, compact_rows(c.rows), tuple(c.values.shape), c.values.dtype) for c in cons]
 
 

@@ -314,7 +314,7 @@ def _check_datasets(datasets: Any, opts: WriteOptions) -> None:
             "datasets must map names to (DatasetSpec, [Contribution, ...]); "
             f"got a {type(datasets).__name__}"
         )
-    if not datasets and not (opts.values or opts.groups):
+    if not datasets and not (opts.values or opts.groups or opts.attrs):
         raise ContributionError("empty stage: datasets holds no dataset to write")
     for name, pair in datasets.items():
         if not (isinstance(pair, tuple | list) and len(pair) == 2):
@@ -397,6 +397,10 @@ def _tree(specs: Sequence[DatasetSpec], opts: WriteOptions) -> dict[str, Any]:
         if name in names:
             raise ContributionError(f"values: {name!r} is also a dataset of rows in this stage")
     groups = set(opts.groups)
+    for g in opts.groups:  # a group inside a dataset
+        for above in [*parent_groups(g), g]:
+            if above in names or above in values:
+                raise ContributionError(f"groups: {g!r} lies inside dataset {above!r}")
     for name in [*names, *values]:
         groups.update(parent_groups(name))
     for name in [*names, *values]:
@@ -537,6 +541,7 @@ def write_stage(
         if datasets[n][0].n_rows == 0 and datasets[n][1]:
             raise ContributionError(f"dataset {n!r} has no rows, yet contributions")
     tree["empty"] = [datasets[n][0] for n in sorted(unwritten)]
+    backend.check_tree(tree)
     datasets = {n: pair for n, pair in datasets.items() if n not in unwritten}
     if not datasets:  # nothing for the I/O nodes: groups, small and empty datasets only
         return _write_tree_only(target, tree, opts, backend, t_start)

@@ -481,6 +481,10 @@ class Backend(ABC):
         if any(tree.get(k) for k in ("groups", "values", "attrs", "empty")):
             raise StorageError(f"format {self.name!r} stores no groups, attributes or values")
 
+    def check_tree(self, tree: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Refuse, before any row is written, groups, values or attributes :meth:`write_tree`
+        would fail on (default: nothing to check)."""
+
     def discard(self, tmp: Path) -> None:  # noqa: B027 - optional hook, nothing by default
         """Remove what a failed stage left beside its temporary output ``tmp`` (not ``tmp``)."""
 

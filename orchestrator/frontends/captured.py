@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..contributions import Contribution, ContributionError, DatasetSpec, cast_exactly, check_attr
-from ..errors import CaptureError, CaptureUnsupported
+from ..errors import CaptureError, CaptureKeyError, CaptureUnsupported
 
 __all__ = ["CapturedAttrs", "CapturedDataset", "is_text_dtype", "unsupported"]
 
@@ -53,7 +53,8 @@ def unsupported(what: str, name: str) -> CaptureUnsupported:
 
 
 def is_text_dtype(dtype: Any) -> bool:
-    """Whether ``dtype`` is variable-length text: ``h5py.string_dtype()``, ``str`` or object.
+    """Whether ``dtype`` asks for variable-length text (``str``, an object dtype, or
+    ``h5py.string_dtype()``: :func:`text_encoding` says which encoding, or refuses it).
 
     Examples
     --------
@@ -69,6 +70,49 @@ def is_text_dtype(dtype: Any) -> bool:
     if dt.kind == "O":
         return True
     return dt.kind == "U" and dt.itemsize == 0
+
+
+def text_encoding(dtype: Any, call: str) -> str:
+    """The encoding of a variable-length text dtype; other object dtypes (h5py's
+    ``vlen_dtype``, ``ref_dtype``) are refused by name.
+
+    Examples
+    --------
+    >>> text_encoding(str, "create_dataset('t')")
+    'utf-8'
+    """
+    if dtype is str:
+        return "utf-8"
+    dt = np.dtype(dtype)
+    if dt.kind == "U":
+        return "utf-8"
+    vlen = (dt.metadata or {}).get("vlen")
+    if vlen is str:
+        return "utf-8"
+    if vlen is bytes:
+        return "ascii"
+    raise CaptureError(
+        f"{call}: dtype {dt} with metadata {dict(dt.metadata or {})} (variable-length arrays, "
+        "references, plain objects) is not supported in a capture; text is "
+        "(h5py.string_dtype())"
+    )
+
+
+def _text_item(value: Any, op: str, encoding: str = "utf-8") -> str:
+    """One element of a text dataset as text (bytes of an ASCII dataset kept as they are:
+    each byte one character, as :func:`~orchestrator.plugins.hdf5_tree.write_tree` reads them)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bytes | np.bytes_):
+        if encoding == "ascii":
+            return bytes(value).decode("latin-1")
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CaptureError(f"{op}: {value!r} is not UTF-8 text") from None
+    if isinstance(value, str):
+        return str(value)
+    raise CaptureError(f"{op}: a {type(value).__name__} is not text")
 
 
 def _attr_value(value: Any) -> Any:
@@ -125,6 +169,11 @@ class CapturedAttrs(dict[str, Any]):
         if name.startswith("__"):
             raise AttributeError(name)
         raise unsupported(f"{self._owner}.attrs", name)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise CaptureKeyError(f"del {self._owner}.attrs[{key!r}]: no such attribute")
+        super().__delitem__(key)
 
     def asdict(self) -> dict[str, Any]:
         """As zarr-python's ``attrs.asdict``."""
@@ -381,8 +430,16 @@ class CapturedDataset:
         raise unsupported(f"dataset {self.name}", name)
 
     # -------------------------------------------------------------- writes
+    def _check_open(self, op: str) -> None:
+        if self._group.file._closed:
+            raise CaptureError(
+                f"{op}: the capture has ended (its checkpoint is written); h5py refuses "
+                "writes to a closed file too"
+            )
+
     def __setitem__(self, key: Any, value: Any) -> None:
         op = f"{self.name}[{_describe_key(key)}] = ..."
+        self._check_open(op)
         if self._whole is not None:
             self._set_whole(key, value, op)
             return
@@ -411,7 +468,7 @@ class CapturedDataset:
             except (TypeError, ValueError, UnicodeEncodeError) as err:
                 raise CaptureError(f"{op}: {err}") from None
         v = np.asarray(value)
-        if v.dtype.kind not in "biufc" or not np.can_cast(v.dtype, self.dtype, casting="same_kind"):
+        if v.dtype.kind not in "biufc":  # numbers cast as h5py does, each value kept exactly
             raise CaptureError(f"{op}: cannot store {v.dtype} values in {self.dtype}")
         return v
 
@@ -463,7 +520,15 @@ class CapturedDataset:
         assert self._whole is not None
         try:
             if self._text:
-                self._whole[key] = np.asarray(value, dtype=object)
+                target = self._whole[key]
+                if isinstance(target, np.ndarray):  # several elements: each one text
+                    items = np.empty(np.shape(value), dtype=object)
+                    flat = np.asarray(value, dtype=object).reshape(-1)
+                    enc = self._options.get("encoding", "utf-8")
+                    items.reshape(-1)[:] = [_text_item(v, op, enc) for v in flat]
+                    self._whole[key] = items
+                else:
+                    self._whole[key] = _text_item(value, op, self._options.get("encoding", "utf-8"))
             else:
                 v = cast_exactly(np.asarray(value), self.dtype, op)
                 self._whole[key] = v
@@ -498,6 +563,7 @@ class CapturedDataset:
     def resize(self, size: Any, axis: int | None = None) -> None:
         """As h5py's ``resize`` (within ``maxshape``) and zarr-python's (any shape)."""
         op = f"{self.name}.resize({size!r}" + ("" if axis is None else f", axis={axis}") + ")"
+        self._check_open(op)
         if self._spec is None:
             self._resize_whole(size, axis, op)
             return
@@ -528,8 +594,20 @@ class CapturedDataset:
                     raise CaptureError(f"{op}: beyond maxshape {maxshape}")
         if size[1:] != self.shape[1:] and self._writes:
             raise CaptureError(f"{op}: only the rows may change once the dataset is written")
+        if size[0] < self.shape[0]:  # shrinking discards the rows cut off, as in h5py
+            self._truncate(size[0])
         self._spec = _respec(self._spec, size)
         self.shape = self._spec.shape
+
+    def _truncate(self, n: int) -> None:
+        kept = []
+        for w in self._writes:
+            keep = w.rows < n
+            if keep.all():
+                kept.append(w)
+            elif keep.any() and not w.drop:
+                kept.append(_Write(w.rows[keep], False, w.rest, w.values[keep], w.whole))
+        self._writes = kept
 
     def _resize_whole(self, size: Any, axis: int | None, op: str) -> None:
         """Grow or shrink a text dataset along its one axis, within its maxshape."""
@@ -540,6 +618,7 @@ class CapturedDataset:
         maxshape = self._options.get("maxshape")
         if maxshape is None or (maxshape[0] is not None and n > maxshape[0]):
             raise CaptureError(f"{op}: beyond maxshape {maxshape} (h5py refuses it too)")
+        self._check_open(op)
         grown = np.empty((int(n),), dtype=self._whole.dtype)
         grown[...] = "" if self._fill is None else self._fill
         keep = min(int(n), self._whole.shape[0])
@@ -605,10 +684,7 @@ class CapturedDataset:
         """A whole dataset's value, as :func:`orchestrator.specs.check_values` takes it."""
         assert self._whole is not None
         if self._text:
-            items = [
-                "" if v is None else v.decode() if isinstance(v, bytes) else str(v)
-                for v in self._whole.reshape(-1).tolist()
-            ]
+            items = ["" if v is None else str(v) for v in self._whole.reshape(-1).tolist()]
             return items[0] if self._whole.ndim == 0 else items
         return self._whole
 

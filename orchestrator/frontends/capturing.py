@@ -36,7 +36,14 @@ from ..engine.backends import get_backend
 from ..engine.options import WriteOptions
 from ..errors import CaptureError, CaptureKeyError, CaptureUnsupported, StorageError
 from ..specs import VALUE_OPTIONS, check_dtype, check_name, parent_groups
-from .captured import STORAGE_KEYWORDS, CapturedAttrs, CapturedDataset, is_text_dtype, unsupported
+from .captured import (
+    STORAGE_KEYWORDS,
+    CapturedAttrs,
+    CapturedDataset,
+    is_text_dtype,
+    text_encoding,
+    unsupported,
+)
 from .checkpoint import Checkpoint
 from .intercept import OutputStage, StageOptions
 
@@ -173,6 +180,7 @@ class CapturedGroup:
         """As h5py's / zarr-python's ``create_group`` (missing groups on the way are made;
         zarr-python's ``overwrite=True`` replaces what has that name)."""
         call = f"create_group({name!r})"
+        self.file._check_open(call)
         path = self._resolve(name, call)
         for key, value in kw.items():
             if value is not None and key != "attributes":
@@ -219,9 +227,15 @@ class CapturedGroup:
         path = self._resolve(name, call)
         if not path:
             raise CaptureError(f"{call}: the root is a group")
+        self.file._check_open(call)
         if kw.pop("overwrite", False) is True and path in self.file._datasets:
             del self[name]  # zarr-python's create_array(overwrite=True): replace it
         self._exists(path, call)
+        if dtype is None and (
+            isinstance(data, str)
+            or (isinstance(data, list | tuple) and data and all(isinstance(v, str) for v in data))
+        ):
+            dtype = str  # Python text: h5py stores it as variable-length UTF-8
         if data is not None:
             arr = data if isinstance(data, np.ndarray) else np.asarray(data, dtype=_plain(dtype))
             shape = arr.shape if shape is None else shape
@@ -233,12 +247,17 @@ class CapturedGroup:
         if not isinstance(shape, tuple | list):
             raise CaptureError(f"{call}: shape {shape!r} is not a tuple of whole numbers")
         fill, opts = _options(call, kw)
-        if self.file._zarr and "chunks" not in opts and "shards" not in opts:
-            opts["chunks"] = True  # zarr-python's own chunks ("auto"), as the user's code gets
         if dtype is None:
             dtype = np.float32 if not self.file._zarr else np.float64  # each library's default
         text = is_text_dtype(dtype)
-        if text or tuple(shape) == ():
+        if isinstance(opts.get("chunks"), int | np.integer) and len(shape) == 1:
+            opts["chunks"] = (int(opts["chunks"]),)  # zarr-python takes one size for 1-d
+        if opts.get("chunks") == "auto":
+            opts["chunks"] = True
+        whole = text or tuple(shape) == ()
+        if self.file._zarr and not whole and "chunks" not in opts and "shards" not in opts:
+            opts["chunks"] = True  # zarr-python's own chunks ("auto"), as the user's code gets
+        if whole:
             ds = self._whole_dataset(call, path, tuple(shape), dtype, text, fill, opts)
         else:
             spec = _spec(
@@ -280,7 +299,10 @@ class CapturedGroup:
                 f"{call}: {', '.join(sorted(refused or kept))} on a "
                 f"{'scalar' if not shape else 'text'} dataset is not supported in a capture"
             )
+        if fill is not None:
+            kept["fillvalue"] = fill
         if text:
+            kept["encoding"] = text_encoding(dtype, call)
             if len(shape) > 1:
                 raise CaptureError(f"{call}: variable-length text of more than one axis")
             value = np.empty(shape, dtype=object)
@@ -507,8 +529,16 @@ class CapturedFile(CapturedGroup):
         self._backend = get_backend(format)
         self._zarr = self._backend.name == "zarr"
         self._shared = shared
+        self._closed = False  # the block ended: later writes would be lost, so refused
         self._datasets: dict[str, CapturedDataset] = {}
         self._groups: dict[str, CapturedGroup] = {"": self}
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise CaptureError(
+                f"{call}: the capture has ended (its checkpoint is written); h5py refuses "
+                "a closed file too"
+            )
 
     def __enter__(self) -> CapturedFile:
         return self
@@ -618,6 +648,7 @@ def capture(
     try:
         yield f
     except BaseException as err:
+        f._closed = True
         cause = err
         if clients > 1:  # the other captures of this target must not wait for this one
 
@@ -633,12 +664,17 @@ def capture(
             except BaseException:
                 pass
         raise
+    f._closed = True  # what the block wrote is final: later writes are refused, not lost
     specs, cons = f.specs_and_contributions(client)
-    if not f._datasets and not f.all_groups():
-        raise CaptureError(f"capture({f.filename!r}): no dataset or group was created")
+    if not f._datasets and not f.all_groups() and not f.attrs:
+        raise CaptureError(
+            f"capture({f.filename!r}): nothing was created (no dataset, group or attribute)"
+        )
     tree: dict[str, Any] = {"groups": f.all_groups(), "values": f.values_() or None}
-    if "attrs" not in stage_options:  # the file's attributes, unless the caller gave its own
-        tree["attrs"] = f.all_attrs()
+    attrs = f.all_attrs()
+    for where, given in (stage_options.get("attrs") or {}).items():  # the caller's win
+        attrs[where.strip("/")] = {**attrs.get(where.strip("/"), {}), **given}
+    tree["attrs"] = attrs or None
     try:
         write = write.updated(**tree)
     except ContributionError as err:

@@ -91,7 +91,7 @@ def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: boo
         raise CheckpointError(f"verify and lazy must be True or False, got {verify!r}, {lazy!r}")
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
-    manifest = _manifest(path)
+    _manifest(path)  # refuses what is not a checkpoint of ours, naming why
     if verify:
         bad = check(path)
         if bad:
@@ -101,7 +101,8 @@ def open_checkpoint(path: str | os.PathLike[str], verify: bool = True, lazy: boo
     if lazy:
         return open_datasets(path)
     with open_datasets(path) as data:
-        return {name: np.asarray(data[name][...]) for name in manifest["datasets"]}
+        # rows, small datasets (scalars, text) and those nobody wrote: every dataset stored
+        return {name: np.asarray(data[name][...]) for name in data}
 
 
 def _natural_key(path: str) -> tuple[Any, ...]:
