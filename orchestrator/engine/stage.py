@@ -362,14 +362,7 @@ def _write_tree_only(
             "strategy": opts.strategy,
             "checksum": "crc32",
         }
-        for key in ("attrs", "groups", "values"):
-            if tree[key]:
-                manifest[key] = tree[key]
-        if tree["empty"]:
-            manifest["empty"] = {
-                s.name: {"shape": list(s.shape), "dtype": dtype_json(s.dtype), "dims": list(s.dims)}
-                for s in tree["empty"]
-            }
+        manifest.update(_tree_manifest(tree))
         with _storage_errors(f"writing the manifest of {tmp.name}"):
             backend.finish(tmp, manifest)
         _check_replaceable(target, opts.overwrite)
@@ -382,6 +375,18 @@ def _write_tree_only(
     none = np.zeros(0, np.int64)
     trace = Trace(none, none, np.zeros(0), np.zeros(0), none, [])
     return StageResult(target, manifest, None, trace, seconds, {})
+
+
+def _tree_manifest(tree: dict[str, Any]) -> dict[str, Any]:
+    """What the manifest lists of the stage's tree: attributes, groups, small values and
+    datasets created without rows."""
+    out = {key: tree[key] for key in ("attrs", "groups", "values") if tree[key]}
+    if tree["empty"]:
+        out["empty"] = {
+            s.name: {"shape": list(s.shape), "dtype": dtype_json(s.dtype), "dims": list(s.dims)}
+            for s in tree["empty"]
+        }
+    return out
 
 
 def _tree(specs: Sequence[DatasetSpec], opts: WriteOptions) -> dict[str, Any]:
@@ -600,14 +605,7 @@ def write_stage(
         manifest = _manifest(backend.name, staged, plan, trace, sums, opts.policy, opts.strategy)
         with _storage_errors(f"writing the groups, values and attributes of {tmp.name}"):
             backend.write_tree(tmp, tree)
-        for key in ("attrs", "groups", "values"):
-            if tree[key]:
-                manifest[key] = tree[key]
-        if tree["empty"]:
-            manifest["empty"] = {
-                s.name: {"shape": list(s.shape), "dtype": dtype_json(s.dtype), "dims": list(s.dims)}
-                for s in tree["empty"]
-            }
+        manifest.update(_tree_manifest(tree))
         rule = ionode_rule(cl.client)
         if rule != "declared":  # we chose the I/O workers of a cluster that named none
             manifest["ionodes"] = {"chosen": rule, "n": cl.n_ionodes}
