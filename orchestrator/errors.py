@@ -40,6 +40,8 @@ __all__ = [
     "StageAborted",
     "StageError",
     "StorageError",
+    "TestbedError",
+    "TestbedUnavailable",
     "TransferSetError",
 ]
 
@@ -144,6 +146,14 @@ class CheckpointError(StorageError):
 
 class ClusterError(OrchestratorError, RuntimeError):
     """No usable cluster: no I/O workers found, a worker missing, a bad address."""
+
+
+class TestbedError(OrchestratorError, RuntimeError):
+    """The emulated cluster could not be built, reached or removed (the command and its error)."""
+
+
+class TestbedUnavailable(TestbedError):
+    """This machine cannot host a testbed (not root, no ``ip``/``tc``, namespaces refused)."""
 
 
 class StageError(OrchestratorError, RuntimeError):

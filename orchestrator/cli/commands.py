@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from . import bench, run, scheduling, writebench
+from . import bench, run, scheduling, testbed, writebench
 from ._common import handled
 from .slurm import slurm_app
 
@@ -26,6 +26,7 @@ app.add_typer(workload_app, name="workload")
 run_app = typer.Typer(help="Run a ready workflow (embedded cluster, or across a Slurm job).")
 app.add_typer(run_app, name="run")
 app.add_typer(slurm_app, name="slurm")
+app.add_typer(testbed.testbed_app, name="testbed")
 
 # in the order ``iorch --help`` lists them
 app.command("policies")(handled(scheduling.policies_cmd))
@@ -39,3 +40,9 @@ bench_app.command("idg")(handled(bench.bench_idg))
 bench_app.command("stage")(handled(bench.bench_stage))
 run_app.command("bips3d")(handled(run.run_bips3d))
 app.command("verify")(handled(run.verify_cmd))
+testbed.testbed_app.command("up")(handled(testbed.up_cmd))
+testbed.testbed_app.command("down")(handled(testbed.down_cmd))
+testbed.testbed_app.command("status")(handled(testbed.status_cmd))
+testbed.testbed_app.command("run", context_settings={"allow_interspersed_args": False})(
+    handled(testbed.run_cmd)
+)

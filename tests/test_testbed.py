@@ -1,0 +1,234 @@
+"""The testbed for real: namespaces, shaped links, Dask on the hosts, nothing left behind.
+
+Tests that build a testbed skip where this machine cannot (not root, no
+``ip``) and fail instead on CI (``IORCH_REQUIRE_TESTBED=1``, set by ``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator import errors, testbed
+from orchestrator.errors import InputError
+from orchestrator.testbed import netns, registry
+
+REQUIRE_ENV = "IORCH_REQUIRE_TESTBED"
+WHY = testbed.available()
+
+
+def _needs_testbed() -> None:
+    if WHY is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {WHY}")
+        pytest.skip(WHY)
+
+
+def _leftovers(tid: str) -> list[str]:
+    """Everything of testbed ``tid`` still on the machine."""
+    left = [n for n in netns.list_ns() if n.startswith(netns.ns_name(tid, ""))]
+    left += [n for n in netns.list_links() if n == netns.gateway_name(tid)]
+    if (registry.state_dir() / tid).exists():
+        left.append(str(registry.state_dir() / tid))
+    return left
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A record folder of this test alone, also for the subprocesses it starts."""
+    d = tmp_path / "records"
+    monkeypatch.setenv("IORCH_TESTBED_DIR", str(d))
+    return d
+
+
+# --- profiles (no root needed) -------------------------------------------------------
+
+
+def test_profiles_keep_the_papers_ratios() -> None:
+    p = testbed.get_profile("cluster2004")
+    # Myrinet 1.28 Gbit/s over an IDE disk of 32.96 Mbit/s, whatever the scale
+    assert p.io.rate / p.disk == pytest.approx(1.28e9 / 32.96e6)
+    assert p.cost_model().disk_bandwidth == pytest.approx(p.disk)
+    m = testbed.get_profile("modern")
+    assert m.n_compute / m.n_io >= 8  # few I/O nodes relative to clients
+    assert p.io_ingress == p.disk and m.io_ingress == m.disk
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [({"n_io": 0}, "n_io"), ({"n_compute": 1.5}, "n_compute"), ({"n_io": 300}, "250")],
+)
+def test_bad_sizes_are_refused(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(InputError, match=field):
+        testbed.get_profile("modern").sized(**kw)  # type: ignore[arg-type]
+
+
+def test_unknown_profile_is_named() -> None:
+    with pytest.raises(InputError, match="'cluster1999'"):
+        testbed.get_profile("cluster1999")
+    with pytest.raises(InputError, match="rate"):
+        testbed.Link(float("nan"))
+
+
+def test_not_root_is_a_clear_refusal(tmp_path: Path) -> None:
+    """As another user the reason is given, not a traceback of ``ip``."""
+    if os.geteuid() != 0:
+        assert WHY is not None and "root" in WHY
+        return
+    code = (
+        "from orchestrator import testbed\n"
+        "try:\n    testbed.up('modern')\n"
+        "except testbed.bed.TestbedError as e:\n    print(type(e).__name__, e)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), IORCH_TESTBED_DIR=str(tmp_path))
+    r = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=120,
+    )
+    assert "TestbedUnavailable" in r.stdout and "root" in r.stdout, r.stdout + r.stderr
+
+
+# --- a testbed for real ----------------------------------------------------------------
+
+
+def test_up_connect_and_nothing_left(state_dir: Path) -> None:
+    _needs_testbed()
+    tb = testbed.up("cluster2004", n_io=2, n_compute=3)
+    procs = registry.load(tb.tid)["processes"]  # type: ignore[index]
+    creds = registry.load(tb.tid)["credentials"]  # type: ignore[index]
+    try:
+        assert [h.name for h in tb.hosts] == [
+            "head",
+            "io-0",
+            "io-1",
+            "compute-0",
+            "compute-1",
+            "compute-2",
+        ]
+        assert len({h.address for h in tb.hosts}) == 6
+        with tb.connect() as cl:
+            assert cl.n_ionodes == 2 and len(cl.compute) == 3
+            # every I/O worker runs on its own I/O host, every compute worker on a compute host
+            assert [tb.host_of(a).name for a in cl.ionodes] == ["io-0", "io-1"]
+            assert sorted(tb.host_of(a).role for a in cl.compute) == ["compute"] * 3
+            # a worker's own view: inside its namespace, its only address is its host's
+            seen = cl.client.run(lambda: Path("/proc/self/net/fib_trie").read_text())
+            for addr, trie in seen.items():
+                assert tb.host_of(addr).address in trie
+                assert "10.213." in trie
+        assert [r["state"] for r in testbed.status()] == ["owned"]
+    finally:
+        tb.down()
+    assert _leftovers(tb.tid) == []
+    assert not any(registry.alive(i) for i in procs.values())
+    assert not any(Path(f).exists() for f in creds)
+    assert not state_dir.exists()
+
+
+def test_links_are_shaped(state_dir: Path) -> None:
+    """An I/O host takes data no faster than its disk's rate (a cap: noise only slows)."""
+    _needs_testbed()
+    with testbed.up("cluster2004", n_io=1, n_compute=2) as tb, tb.connect() as cl:
+        c = cl.client
+        nbytes = 3 << 20
+        blob = c.submit(np.ones, nbytes, np.uint8, workers=[cl.compute[0]], pure=False)
+        blob.result()
+
+        def moved(target: str) -> float:
+            t = time.perf_counter()
+            c.submit(len, blob, workers=[target], pure=False).result()
+            return nbytes / (time.perf_counter() - t)
+
+        to_io, to_compute = moved(cl.ionodes[0]), moved(cl.compute[1])
+        assert to_io <= 1.15 * tb.profile.io_ingress
+        assert to_compute > to_io  # compute links are the fast ones in this profile
+
+
+def test_failed_up_leaves_nothing(state_dir: Path) -> None:
+    _needs_testbed()
+    before = set(netns.list_ns())
+    # a worker that cannot start: its own error, from its log, names it
+    with pytest.raises(
+        errors.TestbedError, match=r"(?s)(io-0|compute-0) of testbed .* ended: .*no-such"
+    ):
+        testbed.up("modern", n_io=1, n_compute=1, worker_args=["--no-such-option"])
+    assert set(netns.list_ns()) == before
+    assert not netns.list_links() or all(
+        registry.load(n[len("iorch") :]) for n in netns.list_links()
+    )
+    assert not state_dir.exists()
+
+
+def test_sigkill_of_the_driver_is_swept_by_the_next_up(state_dir: Path) -> None:
+    _needs_testbed()
+    code = (
+        "import sys, time\nfrom orchestrator import testbed\n"
+        "tb = testbed.up('modern', n_io=1, n_compute=1)\n"
+        "print(tb.tid, flush=True)\ntime.sleep(600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout is not None
+        tid = p.stdout.readline().strip()
+        assert tid, "the driver did not bring its testbed up"
+        procs = registry.load(tid)["processes"]  # type: ignore[index]
+        assert all(registry.alive(i) for i in procs.values())
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()  # type: ignore[union-attr]
+    assert [r["state"] for r in testbed.status()] == ["stale"]
+    assert _leftovers(tid)  # still there: nobody removed it yet
+    with testbed.up("modern", n_io=1, n_compute=1) as tb:
+        assert _leftovers(tid) == []
+        assert not any(registry.alive(i) for i in procs.values())
+        assert [r["id"] for r in testbed.status()] == [tb.tid]
+    assert _leftovers(tb.tid) == []
+
+
+def test_cli_up_status_run_down(state_dir: Path) -> None:
+    _needs_testbed()
+    iorch = [sys.executable, "-m", "orchestrator.cli"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*iorch, *args], capture_output=True, text=True, env=env, timeout=300)
+
+    r = run("testbed", "up", "--profile", "modern", "--io", "1", "--compute", "1")
+    assert r.returncode == 0, r.stderr
+    address = r.stdout.strip()
+    assert address.startswith("tls://10.213.")
+    # detached: it outlives the command that made it, and the next up does not sweep it
+    assert [x["state"] for x in testbed.status()] == ["detached"]
+    r = run(
+        "testbed",
+        "run",
+        "--io",
+        "1",
+        "--compute",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        'echo "$IORCH_SCHEDULER"; exit 3',
+    )
+    assert r.returncode == 3 and r.stdout.strip().startswith("tls://10.213."), r.stderr
+    assert r.stdout.strip() != address
+    assert [x["state"] for x in testbed.status()] == ["detached"]
+    r = run("testbed", "status")
+    assert "detached" in r.stdout
+    r = run("testbed", "down")
+    assert r.returncode == 0 and "removed 1" in r.stderr
+    assert testbed.status() == [] and not [n for n in netns.list_ns() if "probe" not in n]
