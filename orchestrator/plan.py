@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -290,6 +291,23 @@ class Plan:
     def end(self) -> npt.NDArray[np.float64]:
         """End time of each unit (indexed by unit id)."""
         return self._times[1]
+
+    def under(self, cost: CostModel) -> Plan:
+        """The same order with every unit's duration under ``cost`` (another machine, a
+        calibrated model): what this plan would take there.
+
+        Examples
+        --------
+        >>> import orchestrator as orc
+        >>> plan = orc.schedule(orc.TransferSet([0, 1], [0, 0], [10, 30]), "ecf")
+        >>> plan.under(orc.CostModel(10.0, 10.0)).makespan
+        4.0
+        """
+        u = self.units
+        durations = cost.duration(u.nbytes) + np.where(u.split, cost.piece_overhead, 0.0)
+        return dataclasses.replace(
+            self, units=dataclasses.replace(u, durations=durations), cost=cost
+        )
 
     @cached_property
     def makespan(self) -> float:

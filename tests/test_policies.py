@@ -267,7 +267,7 @@ def test_every_declared_option_parses_to_its_kind_or_names_itself(data):
 def test_write_options_refuse_a_misspelt_or_mistyped_policy_option_when_made():
     from orchestrator.engine.options import WriteOptions
 
-    with pytest.raises(orc.PolicyError, match="policy 'ms-ecf' has no option 'polcy'"):
+    with pytest.raises(orc.PolicyError, match="policy 'ecf' has no option 'polcy'"):
         WriteOptions().updated(polcy="ecf")
     with pytest.raises(orc.PolicyError, match="time_limit must be a number > 0, got 'soon'"):
         WriteOptions(policy="exact").updated(time_limit="soon")

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,12 +41,15 @@ def _leftovers(tid: str) -> list[str]:
     return left
 
 
+def _state(tid: str) -> str | None:
+    """The state ``testbed.status()`` gives testbed ``tid`` (None: not recorded)."""
+    return next((r["state"] for r in testbed.status() if r["id"] == tid), None)
+
+
 @pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A record folder of this test alone, also for the subprocesses it starts."""
-    d = tmp_path / "records"
-    monkeypatch.setenv("IORCH_TESTBED_DIR", str(d))
-    return d
+def state_dir() -> Path:
+    """The machine's record folder (one for every process: see ``registry.STATE_DIR``)."""
+    return registry.state_dir()
 
 
 # --- profiles (no root needed) -------------------------------------------------------
@@ -87,7 +91,7 @@ def test_not_root_is_a_clear_refusal(tmp_path: Path) -> None:
         "try:\n    testbed.up('modern')\n"
         "except testbed.bed.TestbedError as e:\n    print(type(e).__name__, e)\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), IORCH_TESTBED_DIR=str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     r = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
         capture_output=True,
@@ -127,13 +131,13 @@ def test_up_connect_and_nothing_left(state_dir: Path) -> None:
             for addr, trie in seen.items():
                 assert tb.host_of(addr).address in trie
                 assert "10.213." in trie
-        assert [r["state"] for r in testbed.status()] == ["owned"]
+        assert _state(tb.tid) == "owned"
     finally:
         tb.down()
     assert _leftovers(tb.tid) == []
     assert not any(registry.alive(i) for i in procs.values())
     assert not any(Path(f).exists() for f in creds)
-    assert not state_dir.exists()
+    assert not (state_dir / tb.tid).exists()
 
 
 def test_links_are_shaped(state_dir: Path) -> None:
@@ -158,6 +162,7 @@ def test_links_are_shaped(state_dir: Path) -> None:
 def test_failed_up_leaves_nothing(state_dir: Path) -> None:
     _needs_testbed()
     before = set(netns.list_ns())
+    before_ids = {d.name for d in state_dir.glob("*")}
     # a worker that cannot start: its own error, from its log, names it
     with pytest.raises(
         errors.TestbedError, match=r"(?s)(io-0|compute-0) of testbed .* ended: .*no-such"
@@ -167,7 +172,7 @@ def test_failed_up_leaves_nothing(state_dir: Path) -> None:
     assert not netns.list_links() or all(
         registry.load(n[len("iorch") :]) for n in netns.list_links()
     )
-    assert not state_dir.exists()
+    assert not [d for d in state_dir.glob("*") if d.name not in before_ids]
 
 
 def test_sigkill_of_the_driver_is_swept_by_the_next_up(state_dir: Path) -> None:
@@ -189,12 +194,13 @@ def test_sigkill_of_the_driver_is_swept_by_the_next_up(state_dir: Path) -> None:
         p.send_signal(signal.SIGKILL)
         p.wait()
         p.stdout.close()  # type: ignore[union-attr]
-    assert [r["state"] for r in testbed.status()] == ["stale"]
+    assert _state(tid) == "stale"
     assert _leftovers(tid)  # still there: nobody removed it yet
     with testbed.up("modern", n_io=1, n_compute=1) as tb:
         assert _leftovers(tid) == []
         assert not any(registry.alive(i) for i in procs.values())
-        assert [r["id"] for r in testbed.status()] == [tb.tid]
+        ids = [r["id"] for r in testbed.status()]
+        assert tb.tid in ids and tid not in ids
     assert _leftovers(tb.tid) == []
 
 
@@ -210,8 +216,9 @@ def test_cli_up_status_run_down(state_dir: Path) -> None:
     assert r.returncode == 0, r.stderr
     address = r.stdout.strip()
     assert address.startswith("tls://10.213.")
+    tid = r.stderr.split("testbed ", 1)[1].split(":", 1)[0]
     # detached: it outlives the command that made it, and the next up does not sweep it
-    assert [x["state"] for x in testbed.status()] == ["detached"]
+    assert _state(tid) == "detached"
     r = run(
         "testbed",
         "run",
@@ -226,9 +233,89 @@ def test_cli_up_status_run_down(state_dir: Path) -> None:
     )
     assert r.returncode == 3 and r.stdout.strip().startswith("tls://10.213."), r.stderr
     assert r.stdout.strip() != address
-    assert [x["state"] for x in testbed.status()] == ["detached"]
+    assert _state(tid) == "detached" and len([x for x in testbed.status() if x["id"] == tid]) == 1
     r = run("testbed", "status")
-    assert "detached" in r.stdout
-    r = run("testbed", "down")
-    assert r.returncode == 0 and "removed 1" in r.stderr
-    assert testbed.status() == [] and not [n for n in netns.list_ns() if "probe" not in n]
+    assert tid in r.stdout and "detached" in r.stdout
+    # only this test's testbed: another run's may be up on this machine
+    r = run("testbed", "down", tid)
+    assert r.returncode == 0 and f"removed 1 testbed(s): {tid}" in r.stderr
+    assert _state(tid) is None and _leftovers(tid) == []
+
+
+def test_a_sweep_point_runs_for_real(state_dir: Path, tmp_path: Path) -> None:
+    """One point of the busy sweep: the engine writes it with a policy and the unordered
+    baseline writes the same rows (both checked), and the calibration predicts it."""
+    from orchestrator.bench import testbed as tbb
+
+    _needs_testbed()
+    sweep = tbb.paper_sweeps(quick=True)[1]
+    with testbed.up("cluster2004", n_io=2, n_compute=3) as tb, tb.connect() as cl:
+        cal = tbb.Calibration(0.0, tb.profile.io_ingress, 0.0, {})
+        small = tbb.TestbedSweep(
+            "busy", "RB", "busy_ratio", (0.5,), {**sweep.fixed, "n_ionodes": 2}
+        )
+        rows = tbb.sweep_rows(cl, small, small.xs, ["ecf"], cal, tmp_path, repeat=1)
+    by = {r["policy"]: r for r in rows}
+    assert set(by) == {"unordered", "ecf"}
+    assert by["ecf"]["n_ionodes"] == 2 and by["ecf"]["n_clients"] == 3
+    for r in rows:
+        assert r["realized"] > 0
+    # the I/O nodes take no more than their disks' rate: no plan beats the bound
+    assert by["ecf"]["realized"] >= 0.8 * by["ecf"]["lower_bound"]
+    assert not list(tmp_path.glob("tb-*"))
+
+
+def test_slurm_across_hosts_places_io_workers_on_io_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One slurmd per host: ``iorch slurm submit`` runs the dump across the testbed's
+    nodes, its I/O workers on the I/O hosts and its compute workers on the others."""
+    import json
+    import re
+    import shutil
+
+    from orchestrator.testbed import slurm as tbslurm
+
+    _needs_testbed()
+    why = tbslurm.missing()
+    if why is not None:
+        if os.environ.get("IORCH_REQUIRE_SLURM") == "1":
+            pytest.fail(f"IORCH_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
+    work = Path(tempfile.mkdtemp(prefix="iorch-tb-slurm-"))
+    work.chmod(0o755)
+    try:
+        with testbed.up("cluster2004", n_io=2, n_compute=2, dask=False, slurm=True) as tb:
+            env = dict(os.environ, SLURM_CONF=str(tb.slurm_conf))
+            env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+            env["PYTHONPATH"] = os.pathsep.join(sys.path)
+            iorch = [sys.executable, "-m", "orchestrator.cli"]
+            out = work / "dump"
+            args = ["slurm", "submit", "bips3d", "--nodes", "4", "--io-nodes", "io-[0-1]"]
+            args += ["--ionodes", "2", "--partition", "testbed", "--time", "10", "--"]
+            args += ["--nodes", "4000", "--parts", "4", "--load", "10", "--repeat", "1"]
+            args += ["--assign", "metis,idg", "--out", str(out)]
+            r = subprocess.run(
+                [*iorch, *args], capture_output=True, text=True, env=env, cwd=work, timeout=300
+            )
+            assert r.returncode == 0, r.stderr
+            job = r.stdout.strip()
+            st_ = subprocess.run(
+                [*iorch, "slurm", "status", job, "--wait"],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=work,
+                timeout=600,
+            )
+            log = (work / f"iorch-bips3d-{job}.out").read_text()
+            assert st_.returncode == 0, f"{st_.stdout}\n{log}"
+            said = " ".join(log.split())  # the console wraps long lines
+            line = said[said.index("I/O workers io-0 at") :]
+            io = re.findall(r"io-\d+ at (tls://[\d.]+:\d+)", line.split(";")[0])
+            compute = re.findall(r"tls://[\d.]+:\d+", line.split("compute workers at")[1])
+            assert [tb.host_of(a).name for a in io] == ["io-0", "io-1"]
+            assert sorted(tb.host_of(a).name for a in compute) == ["compute-0", "compute-1"]
+            rows = json.loads((out / "results.json").read_text())
+            assert [x["method"] for x in rows] == ["metis", "idg"]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert _leftovers(tb.tid) == []

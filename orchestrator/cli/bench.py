@@ -463,3 +463,87 @@ def bench_stage(
         "submitting the tasks to the last result (orchestrated: committed, with checksums "
         "computed while writing); both outputs spot-checked"
     )
+
+
+def bench_testbed(
+    profile: Annotated[str, typer.Option(help="cluster2004, clusterfile2006 or modern.")] = (
+        "cluster2004"
+    ),
+    quick: Annotated[
+        bool, typer.Option(help="One point per sweep, three policies, one repeat, 8 partitions.")
+    ] = False,
+    compute: Annotated[int, typer.Option(min=2, help="Compute hosts (clients).")] = 16,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per policy and point (median).")] = 2,
+    out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
+        "out/bench-testbed"
+    ),
+) -> None:
+    """The papers' experiments on an emulated cluster (needs root): the bidding paper's sweeps,
+    every policy dispatched for real, beside the simulator's prediction under the model
+    calibrated on the testbed; unordered dispatch; the BIPS3D dump by assignment.
+
+    Example: ``iorch bench testbed --quick``
+    """
+    from ..bench import testbed as tbench  # the testbed loads when the command runs
+    from ..testbed import get_profile
+
+    get_profile(profile)  # an unknown name is refused before anything is built
+    policies = ("ecf", "ms-ecf", "rand") if quick else tbench.ORDERED
+    sweeps = tbench.paper_sweeps(quick)
+    n_points = sum(len(s.xs) for s in sweeps)
+    with progress() as prog:
+        task = prog.add_task("testbed", total=n_points + 1)
+        res = tbench.run(
+            profile,
+            out,
+            quick=quick,
+            policies=policies,
+            n_compute=compute,
+            repeat=1 if quick else repeat,
+            bips3d_parts=(8,) if quick else (8, 64),
+            advance=lambda m: prog.update(task, advance=1, description=m),
+        )
+    for sw in sweeps:
+        t = Table(title=f"{sw.name}: realized seconds (realized ÷ simulated)")
+        t.add_column(sw.xlabel)
+        names = ["unordered", *policies]
+        for p in names:
+            t.add_column(p)
+        t.add_column("unordered ÷ best")
+        for x in sw.xs:
+            at = {r["policy"]: r for r in res["sweeps"] if r["sweep"] == sw.name and r["x"] == x}
+            cells = []
+            for p in names:
+                r = at[p]
+                ratio = r.get("realized_over_simulated")
+                cells.append(f"{r['realized']:.2f}" + (f" ({ratio:.2f})" if ratio else ""))
+            best = min(at[p]["realized"] for p in policies)
+            t.add_row(f"{x:g}", *cells, f"{at['unordered']['realized'] / best:.2f}")
+        console.print(t)
+    if res["bips3d"]:
+        t = Table(title="BIPS3D dump on the testbed (ecf): realized seconds by assignment")
+        for col in ("parts", "method", "pieces", "realized s", "simulated s", "÷ IDG"):
+            t.add_column(col)
+        idg = {r["parts"]: r["realized"] for r in res["bips3d"] if r["method"] == "idg"}
+        for r in res["bips3d"]:
+            t.add_row(
+                str(r["parts"]),
+                r["method"],
+                str(r["pieces"]),
+                f"{r['realized']:.2f}",
+                f"{r['simulated']:.2f}",
+                f"{r['realized'] / idg[r['parts']]:.2f}",
+            )
+        console.print(t)
+    cal = res["calibrations"]
+    err.print(
+        "calibrated per I/O node: "
+        + "; ".join(
+            f"{n} nodes {c['rate'] / 1e6:.2f} MB/s, {c['per_unit'] * 1e3:.1f} ms/unit, "
+            f"{c['overhead'] * 1e3:.0f} ms/stage"
+            for n, c in cal.items()
+        )
+        + f" (profile disk {get_profile(profile).disk / 1e6:.2f} MB/s); testbeds up in "
+        + ", ".join(f"{s:.1f}" for s in res["testbed_up_seconds"])
+        + f" s; results and plots in {out}/"
+    )

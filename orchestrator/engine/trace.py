@@ -40,6 +40,9 @@ class Trace:
     #: per I/O node, the most bytes it held at once: batches fetching, fetched or being
     #: written, and pieces its writer keeps for stripes not yet complete (the window bounds it)
     peak_held: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per I/O node, when its writer loop began (before its first fetch): on a network
+    #: slower than memory the first batch's transfer is part of the makespan (testbed)
+    began: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     #: per unit, the first and the last batch of its I/O node holding its bytes (batches are
     #: written one after another; with direct writes a batch's units may run side by side)
     batch_first: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -72,7 +75,8 @@ class Trace:
 
     @property
     def makespan(self) -> float:
-        """Seconds from the first write to the last byte durable (the end of the last flush).
+        """Seconds from the first I/O node's start (its first fetch; the first write where
+        that is not recorded) to the last byte durable (the end of the last flush).
 
         Examples
         --------
@@ -86,7 +90,10 @@ class Trace:
         last = max(
             float(self.end.max()), float(self.flush_end.max()) if self.flush_end.size else 0.0
         )
-        return last - float(self.start.min())
+        first = float(self.start.min())
+        if self.began.size:
+            first = min(first, float(self.began.min()))
+        return last - first
 
     def ionode_sequence(self, ionode: int) -> npt.NDArray[np.int64]:
         """Units I/O node ``ionode`` wrote, in the order it started them."""
@@ -131,6 +138,7 @@ class Trace:
 
         flush = np.array([r["flush"] for r in results]) if results else np.zeros((0, 2))
         peak = np.array([r.get("peak_held", 0) for r in results], dtype=np.int64)
+        began = np.array([r["began"] for r in results if "began" in r], dtype=np.float64)
         if not rows:
             return cls(
                 np.zeros(0, np.int64),
@@ -154,6 +162,7 @@ class Trace:
             flush_start=flush[:, 0] - t0,
             flush_end=flush[:, 1] - t0,
             peak_held=peak,
+            began=began - t0,
             batch_first=np.concatenate([r[6] for r in rows]).astype(np.int64),
             batch_last=np.concatenate([r[7] for r in rows]).astype(np.int64),
             spans=(

@@ -597,6 +597,7 @@ def run_ionode(
             "sources": list(sources),
             "batch": np.array(t_batch, dtype=np.int64),
             "flush": (f0, f1),
+            "began": t_task,
             "peak_held": peak,
             "task_start": t_task,
             "checksums": {f"{k[0]}:{k[1]}": v for k, v in sums.items()},

@@ -70,7 +70,7 @@ def schedule(
     transfers : TransferSet
         What moves where.
     policy : str
-        A name from :func:`policies` (default ``"ms-ecf"``).
+        A name from :func:`policies` (default ``"ecf"``).
     cost : CostModel or str, optional
         A cost model or preset name; ``None`` means ``"cluster2004"``.
     seed : int

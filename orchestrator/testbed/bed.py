@@ -38,6 +38,7 @@ from typing import Any
 from ..engine.cluster import IOCluster, connect, ionode_name, ionode_resources
 from ..errors import TestbedError
 from . import netns, registry
+from . import slurm as tbslurm
 from .profiles import Profile, get_profile
 
 __all__ = ["Host", "Testbed", "attach", "down", "status", "up"]
@@ -64,11 +65,15 @@ class Host:
 class Testbed:
     """A running testbed (see :func:`up`); use as a context manager to remove it on exit."""
 
+    __test__ = False  # not a pytest class, whatever its name
+
     tid: str
     profile: Profile
     hosts: list[Host]
     scheduler_address: str
     delay_applied: bool
+    #: the ``SLURM_CONF`` of the testbed's Slurm (None: started without)
+    slurm_conf: Path | None = None
     _owner: bool = field(default=True, repr=False)
 
     @property
@@ -152,23 +157,50 @@ def _links(
 
 
 def _spawn(
-    state: dict[str, Any], host: Host, name: str, cmd: list[str], env: dict[str, str]
+    state: dict[str, Any],
+    host: Host | None,
+    name: str,
+    cmd: list[str],
+    env: dict[str, str],
+    user: str | None = None,
+    keep_sys: bool = False,
 ) -> None:
+    """Start ``cmd`` inside ``host`` (None: this machine's namespace) as ``user``, logging
+    to the record's folder, and record it (PID and start time) before anything else."""
     logs = registry.state_dir() / state["id"] / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    if host is None:
+        argv = cmd
+    elif keep_sys:
+        # ip netns exec mounts a sysfs of the namespace on /sys, hiding /sys/fs/cgroup,
+        # without which slurmd does not start: enter the network namespace alone, in a
+        # private mount namespace that puts the host's names on /etc/hosts (the same PID
+        # throughout: unshare, sh and nsenter each exec the next)
+        script = (
+            'mount --bind "$1" /etc/hosts && n=$2 && shift 2 && exec nsenter --net="$n" -- "$@"'
+        )
+        hosts = Path("/etc/netns") / host.ns / "hosts"
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+        argv += [str(hosts), f"/run/netns/{host.ns}", *cmd]
+    else:
+        argv = ["ip", "netns", "exec", host.ns, *cmd]
     with open(logs / f"{name}.log", "ab") as log:
         p = subprocess.Popen(
-            ["ip", "netns", "exec", host.ns, *cmd],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
+            user=user,
+            group=user,
             start_new_session=True,  # Ctrl-C at the driver's terminal is the driver's
         )
     _CHILDREN.setdefault(state["id"], []).append(p)
     ident = registry.process_identity(p.pid)
     if ident is None:
-        raise TestbedError(f"{name} on {host.name} ended at once: {_tail(state, name)}")
+        raise TestbedError(
+            f"{name} on {host.name if host else 'this machine'} ended at once: {_tail(state, name)}"
+        )
     state["processes"][name] = ident
     registry.save(state)
 
@@ -190,6 +222,8 @@ def up(
     timeout: float = 120.0,
     memory_limit: int = 1 << 30,
     worker_args: Sequence[str] = (),
+    dask: bool = True,
+    slurm: bool = False,
 ) -> Testbed:
     """Build a testbed: sweep stale ones, make the hosts and links, start Dask on them.
 
@@ -208,6 +242,13 @@ def up(
         Bytes each worker may hold.
     worker_args : sequence of str
         More arguments of every ``dask worker`` (e.g. ``["--nthreads", "2"]``).
+    dask : bool
+        Start the Dask scheduler and workers (off for a testbed whose Slurm jobs start
+        their own).
+    slurm : bool
+        Start Slurm across the hosts (:mod:`~orchestrator.testbed.slurm`): ``slurmctld`` on
+        ``head``, a ``slurmd`` per other host, partition ``testbed``;
+        :attr:`Testbed.slurm_conf` is its ``SLURM_CONF``.
 
     Raises
     ------
@@ -244,6 +285,7 @@ def up(
         "links": [],
         "processes": {},
         "credentials": [],
+        "etc": [],
         "hosts": [h.__dict__ for h in hosts],
         "created": time.time(),
     }
@@ -259,12 +301,24 @@ def up(
         state["links"].append(netns.gateway_name(tid))
         registry.save(state)
         netns.add_gateway(tid, str(net[254]), net.prefixlen)
-        sec = new_security()
-        crt, key = publish_credentials(address, sec)
-        state["credentials"] = [str(crt), str(key)]
-        registry.save(state)
-        _start_dask(state, hosts, address, str(crt), str(key), memory_limit, list(worker_args))
-        _wait(state, address, sec, len(hosts) - 1, timeout)
+        # names resolve per host (ip netns exec mounts /etc/netns/<ns>/hosts on /etc/hosts)
+        for ns, text in tbslurm.hosts_files(hosts).items():
+            d = Path("/etc/netns") / ns
+            state["etc"].append(str(d))
+            registry.save(state)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "hosts").write_text(text)
+        if slurm:
+            conf = tbslurm.start(state, hosts, _spawn)
+            state["slurm_conf"] = str(conf)
+            registry.save(state)
+        if dask:
+            sec = new_security()
+            crt, key = publish_credentials(address, sec)
+            state["credentials"] = [str(crt), str(key)]
+            registry.save(state)
+            _start_dask(state, hosts, address, str(crt), str(key), memory_limit, list(worker_args))
+            _wait(state, address, sec, len(hosts) - 1, timeout)
     except BaseException:
         registry.teardown(state, grace=1.0)
         _withdraw(state)
@@ -272,7 +326,15 @@ def up(
     if detached:
         state["owner"] = None
         registry.save(state)
-    return Testbed(tid, prof, hosts, address, netns.can_delay(), _owner=not detached)
+    return Testbed(
+        tid,
+        prof,
+        hosts,
+        address if dask else "",
+        netns.can_delay(),
+        Path(state["slurm_conf"]) if slurm else None,
+        _owner=not detached,
+    )
 
 
 def _start_dask(
@@ -378,7 +440,8 @@ def attach(tid: str | None = None) -> Testbed:
         st = found[0]
     prof = get_profile(st["profile"]).sized(st["n_io"], st["n_compute"])
     hosts = [Host(**h) for h in st["hosts"]]
-    return Testbed(st["id"], prof, hosts, st["scheduler"], netns.can_delay(), _owner=False)
+    conf = Path(st["slurm_conf"]) if st.get("slurm_conf") else None
+    return Testbed(st["id"], prof, hosts, st["scheduler"], netns.can_delay(), conf, _owner=False)
 
 
 def down(tid: str | None = None) -> list[str]:

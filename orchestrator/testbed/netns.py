@@ -55,7 +55,7 @@ PREFIX = "iorch-"
 #: the smallest token bucket: a veth hands tc GSO segments of up to 64 KiB
 MIN_BURST = 64 << 10
 #: the queue a shaped link holds before dropping, in seconds at its rate
-QUEUE_SECONDS = 0.05
+QUEUE_SECONDS = 0.3
 
 
 def ns_name(tid: str, role: str) -> str:

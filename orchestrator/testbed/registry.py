@@ -30,9 +30,17 @@ from . import netns
 __all__ = ["alive", "load", "process_identity", "records", "save", "state_dir", "sweep", "teardown"]
 
 
+#: the one folder of testbed records on this machine: namespaces are the machine's, so every
+#: process that makes or sweeps testbeds must see every record (a second folder would make
+#: the other's testbeds look like orphans, and its sweep remove them)
+STATE_DIR = Path("/run/iorch-testbed")
+#: a record folder younger than this without its record is being made, not broken
+YOUNG = 60.0
+
+
 def state_dir() -> Path:
-    """The folder of testbed records: ``$IORCH_TESTBED_DIR``, else ``/run/iorch-testbed``."""
-    return Path(os.environ.get("IORCH_TESTBED_DIR", "/run/iorch-testbed"))
+    """The folder of testbed records (:data:`STATE_DIR`)."""
+    return STATE_DIR
 
 
 def process_identity(pid: int) -> list[int] | None:
@@ -78,7 +86,15 @@ def records() -> list[dict[str, Any]]:
     out = []
     for d in sorted(base.iterdir()):
         st = load(d.name)
-        out.append(st if st is not None else {"id": d.name, "owner": None, "broken": True})
+        if st is None:
+            try:
+                young = time.time() - d.stat().st_mtime < YOUNG
+            except OSError:  # removed meanwhile
+                continue
+            if young:  # another process is writing its first record
+                continue
+            st = {"id": d.name, "owner": None, "broken": True}
+        out.append(st)
     return out
 
 
@@ -122,6 +138,11 @@ def teardown(state: dict[str, Any], grace: float = 3.0) -> None:
         netns.delete_ns(ns)
     for link in {*state.get("links", []), netns.gateway_name(tid)} & set(netns.list_links()):
         netns.delete_link(link)
+    for d in state.get("etc", []):
+        if Path(d).parent == Path("/etc/netns") and Path(d).name.startswith(netns.PREFIX):
+            shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        Path("/etc/netns").rmdir()  # only when empty: made by the first testbed, perhaps
     shutil.rmtree(state_dir() / tid, ignore_errors=True)
     with contextlib.suppress(OSError):
         state_dir().rmdir()  # only when empty: nothing of ours left
@@ -135,18 +156,22 @@ def _tid(ns: str) -> str | None:
 def sweep() -> list[str]:
     """Remove every stale testbed, and namespaces or links no record owns; return their ids.
 
+    Namespaces of a testbed whose record is still being written (younger than
+    :data:`YOUNG`) are left alone.
+
     Examples
     --------
     >>> sweep()  # doctest: +SKIP
     ['3fa9c1']
     """
     removed = []
-    known = set()
     for st in records():
-        known.add(str(st["id"]))
         if stale(st):
             teardown(st, grace=1.0)
             removed.append(str(st["id"]))
+    # what is left: live testbeds, and those whose first record is being written
+    base = state_dir()
+    known = {d.name for d in base.iterdir()} if base.is_dir() else set()
     for ns in netns.list_ns():
         tid = _tid(ns)
         if tid == "probe":  # iorch-probe-<pid>[-netem]: a probe whose process is gone
@@ -158,6 +183,10 @@ def sweep() -> list[str]:
         _stop([i for p in netns.ns_pids(ns) if (i := process_identity(p))], 1.0)
         netns.delete_ns(ns)
         removed.append(str(tid))
+    etc = Path("/etc/netns")
+    for d in sorted(etc.glob(f"{netns.PREFIX}*")) if etc.is_dir() else []:
+        if _tid(d.name) not in known:
+            shutil.rmtree(d, ignore_errors=True)
     for link in netns.list_links():
         if link[len("iorch") :] not in known:
             netns.delete_link(link)

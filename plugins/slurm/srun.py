@@ -380,6 +380,14 @@ def workflow_cluster(
     if alloc is None:
         return local_cluster(n_ionodes=ionodes or defaults.N_IONODES, n_compute=defaults.N_COMPUTE)
     announce(f"Slurm job {alloc.job_id}: starting Dask workers on {', '.join(alloc.nodes)}")
-    return allocation_cluster(
+    cl = allocation_cluster(
         io_nodes, ionodes, shared_nodes, compute_per_node, local_directory, allocation=alloc
     )
+    # where each worker runs, by address: what a user checks first when I/O is slow
+    announce(
+        f"Slurm job {alloc.job_id}: I/O workers "
+        + ", ".join(f"io-{k} at {a}" for k, a in enumerate(cl.ionodes))
+        + "; compute workers at "
+        + ", ".join(cl.compute)
+    )
+    return cl

@@ -1,0 +1,590 @@
+"""``iorch bench testbed``: the papers' experiments rerun for real on an emulated cluster.
+
+For every point of the bidding paper's three sweeps (I/O nodes, busy ratio,
+large ratio; scaled to what 2 cores host), the workload is written for real
+through the engine on a testbed (:mod:`orchestrator.testbed`) with each
+policy, and beside each realized makespan stands the simulator's prediction
+for the same TransferSet under the cost model calibrated on that testbed, and
+their ratio. *Unordered dispatch* is the baseline the papers start from and
+users write today: every client sends its transfers itself, one at a time, in
+its own order, as soon as it can, each send waiting until the I/O node has
+written it; an I/O node writes what arrives first-come first-served.
+
+The BIPS3D dump (METIS, random, first, IDG assignments) runs on the same
+testbed at 8 and 64 partitions, where each piece pays a real round trip.
+
+Examples
+--------
+>>> [s.name for s in paper_sweeps(quick=True)]
+['ionodes', 'busy', 'large']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..cost import CostModel
+from ..engine.cluster import IOCluster
+from ..engine.stage import write_stage
+from ..files import remove_path
+from ..transfers import TransferSet
+from ..workload import bidding_workload
+from .transferstage import TransferStage, contribution_of, transfer_stage
+
+__all__ = ["ORDERED", "TestbedSweep", "paper_sweeps", "run_point", "unordered_seconds"]
+
+#: the ordered policies every point runs (the engine dispatches each plan for real)
+ORDERED = ("ecf", "ecf-ls", "auto", "ms-ecf", "ms-ml", "mwm", "rand")
+#: the workload's sizes, scaled: the paper's 32 MiB : 128 KiB large-to-small ratio of 256
+LARGE, SMALL, ROW = 256 << 10, 1 << 10, 1 << 10
+STRIPE = 64 << 10
+
+
+@dataclass(frozen=True)
+class TestbedSweep:
+    """One sweep: the varied parameter's points and the fixed ones."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    name: str
+    xlabel: str
+    xkey: str
+    xs: tuple[float, ...]
+    fixed: dict[str, float]
+
+    def transfers(self, x: float, n_clients: int, seed: int = 0) -> TransferSet:
+        """The bidding workload at point ``x`` for ``n_clients`` clients, sizes scaled.
+
+        Examples
+        --------
+        >>> paper_sweeps(quick=True)[1].transfers(0.25, 8).n_ionodes
+        4
+        """
+        args: dict[str, Any] = dict(self.fixed)
+        args[self.xkey] = x
+        return bidding_workload(
+            n_ionodes=int(args["n_ionodes"]),
+            busy_ratio=float(args["busy_ratio"]),
+            large_ratio=float(args["large_ratio"]),
+            n_clients=n_clients,
+            seed=seed,
+            normal_requests=float(args.get("normal_requests", 4.0)),
+            large_bytes=LARGE,
+            small_bytes=SMALL,
+        )
+
+    def n_ionodes(self, x: float) -> int:
+        """I/O nodes at point ``x``."""
+        return int(x if self.xkey == "n_ionodes" else self.fixed["n_ionodes"])
+
+
+def paper_sweeps(quick: bool = False) -> list[TestbedSweep]:
+    """The bidding paper's sweeps at testbed scale (its sec. 4: 256 clients, up to 128
+    I/O nodes; here 16 clients, 2-8 I/O nodes; fewer points with ``quick``).
+
+    Examples
+    --------
+    >>> paper_sweeps()[0].xs
+    (2, 4, 8)
+    """
+    if quick:
+        return [
+            TestbedSweep(
+                "ionodes",
+                "I/O nodes",
+                "n_ionodes",
+                (2,),
+                {"busy_ratio": 0.5, "large_ratio": 0.5, "normal_requests": 1.0},
+            ),
+            TestbedSweep(
+                "busy",
+                "busy I/O node ratio RB",
+                "busy_ratio",
+                (0.25,),
+                {"n_ionodes": 4, "large_ratio": 0.5, "normal_requests": 1.0},
+            ),
+            TestbedSweep(
+                "large",
+                "large transfer ratio RL",
+                "large_ratio",
+                (0.5,),
+                {"n_ionodes": 4, "busy_ratio": 0.25, "normal_requests": 1.0},
+            ),
+        ]
+    return [
+        TestbedSweep(
+            "ionodes",
+            "I/O nodes (RB=0.25, RL=0.8)",
+            "n_ionodes",
+            (2, 4, 8),
+            {"busy_ratio": 0.25, "large_ratio": 0.8},
+        ),
+        TestbedSweep(
+            "busy",
+            "busy I/O node ratio RB (8 I/O nodes, RL=0.1)",
+            "busy_ratio",
+            (0.125, 0.25, 0.375, 0.5),
+            {"n_ionodes": 8, "large_ratio": 0.1},
+        ),
+        TestbedSweep(
+            "large",
+            "large transfer ratio RL (8 I/O nodes, RB=0.125)",
+            "large_ratio",
+            (0.1, 0.5, 0.9),
+            {"n_ionodes": 8, "busy_ratio": 0.125},
+        ),
+    ]
+
+
+def place(cluster: IOCluster, st: TransferStage) -> list[Any]:
+    """Each client's contribution, made on its compute worker (client ``c`` on worker ``c``)."""
+    from distributed import wait
+
+    width = st.spec.shape[1]
+    parts = [
+        cluster.client.submit(
+            contribution_of, c, rows, width, pure=False, workers=[cluster.compute_worker(c)]
+        )
+        for c, rows in enumerate(st.rows)
+        if rows.size
+    ]
+    wait(parts)
+    return parts
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a stage costs on this testbed, measured: ``overhead`` seconds per stage (handing
+    the programs to the I/O workers, the final flush), then per I/O node ``rate`` bytes/s and
+    ``per_unit`` seconds per transfer. ``model`` is the cost model that plans with it."""
+
+    overhead: float
+    rate: float
+    per_unit: float
+    samples: dict[str, float]
+
+    @property
+    def model(self) -> CostModel:
+        """The calibrated cost model (the stage overhead is not a transfer's: see
+        :meth:`predict`).
+
+        Examples
+        --------
+        >>> Calibration(0.1, 2e6, 0.01, {}).model.network_latency
+        0.01
+        """
+        return CostModel(
+            network_bandwidth=self.rate,
+            disk_bandwidth=self.rate,
+            network_latency=self.per_unit,
+            disk_latency=0.0,
+            name="testbed-calibrated",
+        )
+
+    def predict(self, plan: Any) -> float:
+        """The simulated realized time of ``plan``: the stage overhead plus its makespan
+        under :attr:`model`.
+
+        Examples
+        --------
+        >>> from orchestrator import TransferSet, schedule
+        >>> cal = Calibration(0.5, 1.0, 0.0, {})
+        >>> cal.predict(schedule(TransferSet([0], [0], [2]), "ecf"))
+        2.5
+        """
+        return self.overhead + float(plan.under(self.model).makespan)
+
+
+def _equal_stage(n_io: int, n_clients: int, per_node: int, senders: int) -> TransferStage:
+    """Every I/O node receives ``per_node`` bytes from ``senders`` distinct clients."""
+    c, s, b = [], [], []
+    for node in range(n_io):
+        for k in range(senders):
+            c.append((node * senders + k) % n_clients)
+            s.append(node)
+            b.append(per_node // senders)
+    ts = TransferSet(c, s, b, n_clients=n_clients, n_ionodes=n_io)
+    return transfer_stage(ts, row_bytes=ROW, stripe_bytes=STRIPE)
+
+
+def calibrate(
+    cluster: IOCluster, directory: Path, per_node: int = 1 << 20, repeats: int = 3
+) -> Calibration:
+    """Measure :class:`Calibration` with three stages of equal loads per I/O node: ``B``
+    from one client each, ``2B`` from one client, ``B`` from every client; medians of
+    ``repeats`` after a warm-up. The differences give the rate (``B`` more bytes) and
+    the cost of a unit (more transfers, same bytes); the rest is the stage's overhead."""
+    n_io, n_c = cluster.n_ionodes, max(1, len(cluster.compute))
+    many = max(2, min(n_c, 16))
+    cases = {"B": (per_node, 1), "2B": (2 * per_node, 1), "B/many": (per_node, many)}
+    seconds: dict[str, float] = {}
+    for name, (nb, senders) in cases.items():
+        st = _equal_stage(n_io, n_c, nb, senders)
+        parts = place(cluster, st)
+        try:
+            got = [
+                run_point(cluster, st, parts, ["ecf"], None, directory)[0]["realized"]
+                for _ in range(repeats + 1)
+            ]
+        finally:
+            for p in parts:
+                p.release()
+        seconds[name] = float(np.median(got[1:]))
+    rate = per_node / max(seconds["2B"] - seconds["B"], 1e-6)
+    per_unit = max(0.0, (seconds["B/many"] - seconds["B"]) / (many - 1))
+    overhead = max(0.0, seconds["B"] - per_node / rate - per_unit)
+    return Calibration(overhead, rate, per_unit, seconds)
+
+
+def run_point(
+    cluster: IOCluster,
+    st: TransferStage,
+    parts: list[Any],
+    policies: Sequence[str],
+    calibration: Calibration | None,
+    directory: Path,
+) -> list[dict[str, Any]]:
+    """Write ``st`` once per policy through the engine; realized against simulated.
+
+    Each row: policy, realized seconds (the stage's dispatch: from handing
+    the plan to the I/O workers to every byte durable — the engine sends the
+    first batches ahead, so the trace's first write is not the start), stage
+    seconds (planning included), planning seconds, the simulated time of the
+    same plan under ``calibration`` (:meth:`Calibration.predict`) and the
+    lower bound under its model.
+    """
+    rows = []
+    for p in policies:
+        target = directory / f"tb-{p}.h5"
+        t0 = time.perf_counter()
+        res = write_stage(
+            target,
+            {st.spec.name: (st.spec, parts)},
+            cluster=cluster,
+            policy=p,
+            strategy="list",
+            stripe_bytes=st.stripe_bytes,
+            allow_missing=True,
+            overwrite=True,
+            cost=calibration.model if calibration else "cluster2004",
+        )
+        wall = time.perf_counter() - t0
+        assert res.plan is not None  # the stage has rows
+        realized = res.timings["dispatch"]
+        row = {
+            "policy": p,
+            "realized": realized,
+            "stage_seconds": wall,
+            "plan_seconds": res.timings.get("plan", float("nan")),
+        }
+        if calibration is not None:
+            sim = calibration.predict(res.plan)
+            plan = res.plan.under(calibration.model)
+            row["simulated"] = sim
+            row["lower_bound"] = calibration.overhead + plan.lower_bound
+            row["realized_over_simulated"] = realized / sim
+        rows.append(row)
+        remove_path(target)
+    return rows
+
+
+def _pwrite(path: str, offsets: list[tuple[int, int]], data: Any) -> int:
+    """On an I/O worker: write the runs of one transfer at their offsets."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        at = 0
+        for off, n in offsets:
+            os.pwrite(fd, memoryview(data)[at : at + n], off)
+            at += n
+    finally:
+        os.close(fd)
+    return at
+
+
+def _push(
+    contrib: Any, sends: list[tuple[str, list[int], list[tuple[int, int]]]], path: str
+) -> int:
+    """On a compute worker: send each transfer to its I/O worker and wait until it is written,
+    one at a time, in this client's own order (the unordered baseline)."""
+    from distributed import worker_client
+
+    rows = contrib.rows
+    sent = 0
+    with worker_client() as wc:
+        for io, sel_rows, offsets in sends:
+            idx = np.searchsorted(rows, np.asarray(sel_rows, dtype=np.int64))
+            data = np.ascontiguousarray(contrib.values[idx]).view(np.uint8).ravel()
+            [fut] = wc.scatter([data], workers=[io], direct=True)
+            sent += wc.submit(_pwrite, path, offsets, fut, workers=[io], pure=False).result()
+            fut.release()
+    return sent
+
+
+def unordered_seconds(
+    cluster: IOCluster, st: TransferStage, parts: list[Any], directory: Path
+) -> float:
+    """Unordered dispatch of ``st``: wall seconds until every client's sends are written.
+
+    Clients send their transfers (the stage's, in transfer index order) one at a
+    time, each waiting for its write; I/O workers run one write at a time in
+    the order they arrive. The file is a plain one of the dataset's bytes.
+    """
+    from distributed import wait
+
+    path = directory / "tb-unordered.bin"
+    with open(path, "wb") as f:
+        f.truncate(st.spec.nbytes)
+    n = st.transfers.n_ionodes
+    per_stripe = st.stripe_bytes // st.spec.row_bytes
+    jobs = []
+    by_client = {int(c): i for i, c in enumerate(r for r in range(len(st.rows)) if st.rows[r].size)}
+    for c, rows in enumerate(st.rows):
+        if not rows.size:
+            continue
+        node = (rows // per_stripe) % n
+        sends = []
+        for s in range(n):
+            sel = rows[node == s]
+            if not sel.size:
+                continue
+            brk = np.flatnonzero(np.diff(sel) != 1) + 1
+            runs = [
+                (int(r[0]) * st.spec.row_bytes, int(r.size) * st.spec.row_bytes)
+                for r in np.split(sel, brk)
+            ]
+            sends.append((cluster.ionodes[s], sel.tolist(), runs))
+        jobs.append((c, sends))
+    t0 = time.perf_counter()
+    futs = [
+        cluster.client.submit(
+            _push,
+            parts[by_client[c]],
+            sends,
+            str(path),
+            workers=[cluster.compute_worker(c)],
+            pure=False,
+        )
+        for c, sends in jobs
+    ]
+    wait(futs)
+    seconds = time.perf_counter() - t0
+    done = sum(f.result() for f in futs)
+    try:
+        if done != st.spec.row_bytes * sum(r.size for r in st.rows):
+            raise RuntimeError(f"unordered dispatch wrote {done} bytes of {st.nbytes}")
+        # every value is its row's id: a byte sent to the wrong place shows
+        got = np.fromfile(path, dtype=np.float64).reshape(st.spec.shape)
+        every = np.concatenate(st.rows)
+        if not (got[every] == every[:, None]).all():
+            raise RuntimeError("unordered dispatch wrote rows at the wrong offsets")
+    finally:
+        remove_path(path)
+    return seconds
+
+
+def build(sweep: TestbedSweep, x: float, n_clients: int, seed: int = 0) -> TransferStage:
+    """The stage of one sweep point."""
+    return transfer_stage(sweep.transfers(x, n_clients, seed), row_bytes=ROW, stripe_bytes=STRIPE)
+
+
+def sweep_rows(
+    cluster: IOCluster,
+    sweep: TestbedSweep,
+    xs: Sequence[float],
+    policies: Sequence[str],
+    calibration: Calibration,
+    directory: Path,
+    repeat: int = 2,
+    seed: int = 0,
+    advance: Any = lambda msg: None,
+) -> list[dict[str, Any]]:
+    """Rows of one sweep's points on one testbed: each policy (median of ``repeat``) and the
+    unordered dispatch, all with the same contributions, after an untimed warm-up of both."""
+    n_clients = len(cluster.compute)
+    out = []
+    for x in xs:
+        st = build(sweep, x, n_clients, seed)
+        parts = place(cluster, st)
+        try:
+            unordered_seconds(cluster, st, parts, directory)  # warm-up: imports, first connections
+            run_point(cluster, st, parts, policies[:1], None, directory)
+            runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+            unordered = []
+            for _ in range(repeat):
+                unordered.append(unordered_seconds(cluster, st, parts, directory))
+                for row in run_point(cluster, st, parts, policies, calibration, directory):
+                    runs[row["policy"]].append(row)
+            loads = np.bincount(st.transfers.ionode, weights=st.transfers.nbytes)
+            base = {
+                "sweep": sweep.name,
+                "x": x,
+                "n_ionodes": st.transfers.n_ionodes,
+                "n_clients": n_clients,
+                "transfers": len(st.transfers),
+                "nbytes": st.nbytes,
+                "max_ionode_bytes": int(loads.max()),
+            }
+            u = float(np.median(unordered))
+            out.append({**base, "policy": "unordered", "realized": u, "all_realized": unordered})
+            for rs in runs.values():
+                med = sorted(rs, key=lambda r: r["realized"])[(len(rs) - 1) // 2]
+                out.append(
+                    {
+                        **base,
+                        **med,
+                        "all_realized": [r["realized"] for r in rs],
+                        "unordered_over_realized": u / med["realized"],
+                    }
+                )
+            advance(f"{sweep.name} = {x}")
+        finally:
+            for p in parts:
+                p.release()
+    return out
+
+
+def bips3d_rows(
+    cluster: IOCluster,
+    directory: Path,
+    parts: Sequence[int] = (8, 64),
+    load: int = 25,
+    repeat: int = 2,
+    stripe_bytes: int = 256 << 10,
+    calibration: Calibration | None = None,
+) -> list[dict[str, Any]]:
+    """The BIPS3D dump on the testbed with every assignment, at each partition count: the
+    real mesh where this machine has it, else a generated one of the same size."""
+    from ..workflows import bips3d
+
+    mesh = bips3d.default_mesh()
+    rows = []
+    for k in parts:
+        case = bips3d.load_case(mesh, None if mesh else 32_888, parts=k, halo=2 if mesh else 1)
+        results = bips3d.run_methods(
+            case,
+            cluster,
+            directory,
+            ["metis", "random", "first", "idg"],
+            load=load,
+            repeat=repeat,
+            stripe_bytes=stripe_bytes,
+            cost=calibration.model if calibration else "cluster2004",
+            policy="ecf",
+        )
+        for r in results:
+            realized = float(r.result.timings["dispatch"])
+            rows.append(
+                {
+                    "mesh": case.name,
+                    "parts": k,
+                    "method": r.method,
+                    "pieces": r.pieces,
+                    "intervals": int(r.stats.total_intervals),
+                    "nbytes": r.nbytes,
+                    "realized": realized,
+                    "stage_seconds": r.stage_seconds,
+                    "simulated": calibration.predict(r.result.plan)
+                    if calibration
+                    else float("nan"),
+                }
+            )
+            remove_path(r.path)
+    return rows
+
+
+def plot_sweeps(rows: Sequence[dict[str, Any]], sweeps: Sequence[TestbedSweep], path: Path) -> None:
+    """Realized seconds per policy along each sweep (unordered dashed), and realized ÷
+    simulated, one column per sweep, like the bidding paper's figures."""
+    from ..plots import _finish, _pyplot, close
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, len(sweeps), figsize=(5 * len(sweeps), 7), squeeze=False)
+    for j, sw in enumerate(sweeps):
+        mine = [r for r in rows if r["sweep"] == sw.name]
+        for p in dict.fromkeys(r["policy"] for r in mine):
+            pts = sorted((r["x"], r) for r in mine if r["policy"] == p)
+            xs = [x for x, _ in pts]
+            style = "--" if p == "unordered" else "-"
+            axes[0][j].plot(xs, [r["realized"] for _, r in pts], style, marker="o", label=p)
+            if p != "unordered":
+                ratio = [r.get("realized_over_simulated", float("nan")) for _, r in pts]
+                axes[1][j].plot(xs, ratio, marker="o", label=p)
+        axes[0][j].set_title(sw.name)
+        axes[0][j].set_ylabel("realized seconds")
+        axes[1][j].axhspan(0.8, 1.25, color="0.9")
+        axes[1][j].set_ylabel("realized ÷ simulated")
+        axes[1][j].set_xlabel(sw.xlabel)
+    axes[0][0].legend(fontsize=7)
+    close(_finish(fig, path))
+
+
+def run(
+    profile: str,
+    out: Path,
+    quick: bool = False,
+    policies: Sequence[str] = ORDERED,
+    n_compute: int = 16,
+    repeat: int = 2,
+    bips3d_parts: Sequence[int] = (8, 64),
+    advance: Any = lambda msg: None,
+) -> dict[str, Any]:
+    """Every sweep on its own testbed (one per distinct I/O node count), calibrated first;
+    then the BIPS3D dump. Writes ``results.json`` and ``testbed-sweeps.png`` in ``out``."""
+    import json
+
+    from .. import testbed
+
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    sweeps = paper_sweeps(quick)
+    plan: dict[int, list[tuple[TestbedSweep, list[float]]]] = {}
+    for sw in sweeps:
+        for x in sw.xs:
+            n = sw.n_ionodes(x)
+            group = plan.setdefault(n, [])
+            if group and group[-1][0] is sw:
+                group[-1][1].append(x)
+            else:
+                group.append((sw, [x]))
+    # the dump on the testbed of 4 I/O nodes (make demo's), or the nearest below
+    mesh_io = max([n for n in plan if n <= 4] or [min(plan)])
+    rows: list[dict[str, Any]] = []
+    calibrations: dict[str, Any] = {}
+    mesh_rows: list[dict[str, Any]] = []
+    t_up: list[float] = []
+    for n_io, todo in sorted(plan.items()):
+        t0 = time.perf_counter()
+        with testbed.up(profile, n_io, n_compute) as tb:
+            t_up.append(time.perf_counter() - t0)
+            with tb.connect() as cl:
+                advance(f"calibrating {n_io} I/O nodes")
+                cal = calibrate(cl, work)
+                calibrations[str(n_io)] = dataclasses.asdict(cal)
+                for sw, xs in todo:
+                    rows += sweep_rows(cl, sw, xs, policies, cal, work, repeat, advance=advance)
+                if bips3d_parts and n_io == mesh_io:
+                    advance("BIPS3D dump")
+                    mesh_rows = bips3d_rows(cl, work, bips3d_parts, repeat=repeat, calibration=cal)
+    results = {
+        "profile": profile,
+        "preset": dataclasses.asdict(testbed.get_profile(profile).cost_model()),
+        "n_compute": n_compute,
+        "latency_emulated": testbed.can_delay(),
+        "testbed_up_seconds": t_up,
+        "calibrations": calibrations,
+        "sweeps": rows,
+        "bips3d": mesh_rows,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    plot_sweeps(rows, sweeps, out / "testbed-sweeps.png")
+    remove_path(work)
+    return results

@@ -1,0 +1,76 @@
+"""A TransferSet laid out as a stage: the engine's layout must derive the same transfers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator import TransferSet
+from orchestrator.bench import testbed as tbb
+from orchestrator.bench.transferstage import transfer_stage
+from orchestrator.errors import InputError
+
+
+@st.composite
+def transfer_sets(draw: st.DrawFn) -> tuple[TransferSet, int, int]:
+    n_c = draw(st.integers(1, 6))
+    n_io = draw(st.integers(1, 5))
+    n = draw(st.integers(1, 25))
+    c = draw(st.lists(st.integers(0, n_c - 1), min_size=n, max_size=n))
+    s = draw(st.lists(st.integers(0, n_io - 1), min_size=n, max_size=n))
+    b = draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
+    row = draw(st.sampled_from([8, 64, 1024]))
+    stripe = row * draw(st.integers(1, 8))
+    return TransferSet(c, s, b, n_clients=n_c, n_ionodes=n_io), row, stripe
+
+
+@settings(max_examples=400, deadline=None)
+@given(transfer_sets())
+def test_the_layout_derives_the_given_transfers(case: tuple[TransferSet, int, int]) -> None:
+    ts, row, stripe = case
+    stg = transfer_stage(ts, row_bytes=row, stripe_bytes=stripe)
+    # the oracle: bytes per (client, I/O node) pair, each transfer rounded up to whole rows
+    want: dict[tuple[int, int], int] = {}
+    for c, s, b in zip(ts.client.tolist(), ts.ionode.tolist(), ts.nbytes.tolist(), strict=True):
+        want[(c, s)] = want.get((c, s), 0) + -(-b // row) * row
+    d = stg.transfers
+    got = dict(
+        zip(zip(d.client.tolist(), d.ionode.tolist(), strict=True), d.nbytes.tolist(), strict=True)
+    )
+    assert got == want
+    # every client's rows are its own, and each row lies in a stripe of its I/O node
+    every = np.concatenate(stg.rows)
+    assert np.unique(every).size == every.size
+    assert every.max() < stg.spec.shape[0]
+    per_stripe = stripe // row
+    for c, rows in enumerate(stg.rows):
+        nodes = (rows // per_stripe) % ts.n_ionodes
+        assert set(nodes.tolist()) == {s for (cc, s) in want if cc == c}
+
+
+def test_bad_rows_are_refused() -> None:
+    ts = TransferSet([0], [0], [10])
+    with pytest.raises(InputError, match="row_bytes"):
+        transfer_stage(ts, row_bytes=12, stripe_bytes=48)
+    with pytest.raises(InputError, match="stripe_bytes"):
+        transfer_stage(ts, row_bytes=16, stripe_bytes=40)
+
+
+def test_calibration_predicts_overhead_plus_makespan() -> None:
+    from orchestrator import schedule
+
+    cal = tbb.Calibration(overhead=0.5, rate=100.0, per_unit=0.25, samples={})
+    plan = schedule(TransferSet([0, 1], [0, 0], [100, 300]), "ecf")
+    # two transfers on one I/O node, one after the other: 0.25 + 1 + 0.25 + 3
+    assert cal.predict(plan) == pytest.approx(0.5 + 4.5)
+
+
+def test_sweeps_scale_the_papers() -> None:
+    for quick in (False, True):
+        for sw in tbb.paper_sweeps(quick):
+            for x in sw.xs:
+                ts = sw.transfers(x, 16)
+                assert ts.n_ionodes == sw.n_ionodes(x) and ts.n_clients == 16
+                assert ts.nbytes.max() <= (256 << 10) * 1.05
