@@ -22,7 +22,15 @@ from ..files import atomic_path
 from ..policies import get_policy, policies, schedule
 from ..workload import bidding_workload, uniform_workload
 
-__all__ = ["Sweep", "SweepResult", "kernel_timings", "paper_sweeps", "run_sweep"]
+__all__ = [
+    "Sweep",
+    "SweepResult",
+    "argsort_line",
+    "argsort_seconds",
+    "kernel_timings",
+    "paper_sweeps",
+    "run_sweep",
+]
 
 BIDDING = ("ms-ecf", "ms-ml")
 
@@ -275,6 +283,52 @@ class Timing:
     units_large: int
     kernel_large: float
     block_size_large: int | None
+    #: wall seconds of the whole ``schedule()`` call on the large set (units, checks, plan)
+    plan_large: float = float("nan")
+    #: wall seconds of ``np.argsort`` of as many random floats, measured just before it
+    argsort_large: float = float("nan")
+
+    @property
+    def argsort_ratio(self) -> float:
+        """Planning time on the large set in units of ``np.argsort`` of as many floats."""
+        return self.plan_large / self.argsort_large
+
+
+def argsort_seconds(n: int, repeat: int = 3) -> float:
+    """Best of ``repeat`` wall times of ``np.argsort`` of ``n`` random floats.
+
+    A yardstick measured in the same run as what it is compared with, so the
+    ratio carries over between machines (and a busy machine slows both).
+
+    Examples
+    --------
+    >>> argsort_seconds(1000) > 0
+    True
+    """
+    x = np.random.default_rng(0).random(n)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        np.argsort(x)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def argsort_line(tm: Sequence[Timing], sizes: dict[str, int]) -> str:
+    """One line: each policy's planning time on the large set ÷ ``np.argsort`` of as many floats.
+
+    Examples
+    --------
+    >>> t = Timing("ecf", 1, 0.1, None, 10, 0.5, None, plan_large=0.6, argsort_large=0.1)
+    >>> argsort_line([t], {"large": 10}).split(": ")[-1]
+    'ecf 6.0x'
+    """
+    n = sizes["large"]
+    ratios = ", ".join(f"{r.policy} {r.argsort_ratio:.1f}x" for r in tm)
+    return (
+        f"planning time of {n:,} transfers (whole schedule() call) ÷ np.argsort of {n:,} "
+        f"floats, same run: {ratios}"
+    )
 
 
 def kernel_timings(
@@ -316,7 +370,10 @@ def kernel_timings(
             t = time_oracle(p, medium_args, cost, oracle_budget)
             oracle = float("inf") if t is None or t > oracle_budget else t
         opts = {"block_size": large_block_size} if get_policy(p).default_block_size else {}
+        yardstick = argsort_seconds(len(large))
+        t0 = time.perf_counter()
         pl = schedule(large, p, cost=cost, **opts)
+        planned = time.perf_counter() - t0
         out.append(
             Timing(
                 p,
@@ -326,6 +383,8 @@ def kernel_timings(
                 pl.n_units,
                 pl.kernel_seconds,
                 opts.get("block_size"),
+                planned,
+                yardstick,
             )
         )
         del pm, pl

@@ -96,6 +96,7 @@ def bench_schedulers(
                 names, cm, n_large, budget, advance=partial(prog.advance, task)
             )
         _print_timings(tm, sizes, budget)
+        console.print(bench.argsort_line(tm, sizes))
 
 
 def bench_optimal(

@@ -3,29 +3,86 @@
 import numpy as np
 from numba import njit
 
-from .heap import pop, push
+from .heap import pop, push, replace_top
 
 
 @njit(cache=True)
-def _node_lists(client, ionode, d, n_clients, n_ionodes):
-    """Each node's units sorted by (d, id) as doubly linked lists over 2n slots.
+def _argsort_d(d):
+    """Unit ids in (d, id) order: ``np.argsort(d, kind="mergesort")``, by LSD radix.
+
+    Each duration becomes a 64-bit key that orders as the float does
+    (``-0.0`` counted as ``0.0``); 11-bit digits, skipping digits every key
+    shares. Stable, so equal durations keep increasing ids. With a NaN it
+    falls back to the merge sort, whose order it then is by definition.
+    """
+    n = d.size
+    for i in range(n):
+        if d[i] != d[i]:
+            return np.argsort(d, kind="mergesort")
+    keys = np.empty(n, dtype=np.uint64)
+    sign = np.uint64(1) << np.uint64(63)
+    cell = np.empty(1, dtype=np.float64)
+    bits = cell.view(np.uint64)
+    for i in range(n):
+        v = d[i]
+        cell[0] = v if v != 0.0 else 0.0
+        b = bits[0]
+        keys[i] = ~b if b & sign else b | sign
+    width = 11
+    nb = 1 << width
+    npass = (64 + width - 1) // width
+    digit = np.uint64(nb - 1)
+    hist = np.zeros((npass, nb), dtype=np.int64)
+    for i in range(n):
+        k = keys[i]
+        for j in range(npass):
+            hist[j, (k >> np.uint64(j * width)) & digit] += 1
+    idx = np.arange(n)
+    keys2 = np.empty(n, dtype=np.uint64)
+    idx2 = np.empty(n, dtype=np.int64)
+    pos = np.empty(nb, dtype=np.int64)
+    for j in range(npass):
+        h = hist[j]
+        if h.max() == n:  # every key has the same digit here
+            continue
+        acc = 0
+        for b in range(nb):
+            pos[b] = acc
+            acc += h[b]
+        shift = np.uint64(j * width)
+        for i in range(n):
+            k = keys[i]
+            b = (k >> shift) & digit
+            q = pos[b]
+            pos[b] = q + 1
+            keys2[q] = k
+            idx2[q] = idx[i]
+        keys, keys2 = keys2, keys
+        idx, idx2 = idx2, idx
+    return idx
+
+
+@njit(cache=True)
+def _node_slots(client, ionode, d, n_clients, n_ionodes):
+    """Each node's units sorted by (d, id) in contiguous slots ``lo[x]:lo[x + 1]``.
 
     Node ``x`` is a client for ``x < n_clients`` and I/O node
-    ``x - n_clients`` otherwise; its slots are contiguous. Each slot stores
-    its unit, the unit's duration, the other endpoint and the unit's slot in
-    the other endpoint's list, so the hot loop reads node-local memory
-    instead of chasing unit ids through the input columns.
+    ``x - n_clients`` otherwise. Each slot stores its unit, the unit's
+    duration, the other endpoint and the unit's slot in the other endpoint's
+    list, so the hot loop reads node-local memory instead of chasing unit ids
+    through the input columns. ``run_end[p]`` is the first slot after ``p``
+    of a larger duration (``lo[x + 1]`` if none).
     """
     n = d.size
     nn = n_clients + n_ionodes
-    by_d = np.argsort(d, kind="mergesort")
-    cnt = np.zeros(nn + 1, dtype=np.int64)
+    by_d = _argsort_d(d)
+    lo = np.zeros(nn + 1, dtype=np.int64)
     for u in range(n):
-        cnt[client[u] + 1] += 1
-        cnt[n_clients + ionode[u] + 1] += 1
+        lo[client[u] + 1] += 1
+        lo[n_clients + ionode[u] + 1] += 1
     for x in range(nn):
-        cnt[x + 1] += cnt[x]
-    fill = cnt[:-1].copy()
+        lo[x + 1] += lo[x]
+    fill = lo[:-1].copy()
     slot_unit = np.empty(2 * n, dtype=np.int64)
     slot_d = np.empty(2 * n, dtype=np.float64)
     slot_other = np.empty(2 * n, dtype=np.int64)
@@ -46,36 +103,17 @@ def _node_lists(client, ionode, d, n_clients, n_ionodes):
         slot_other[pb] = a
         slot_twin[pa] = pb
         slot_twin[pb] = pa
-    nxt = np.empty(2 * n, dtype=np.int64)
-    prv = np.empty(2 * n, dtype=np.int64)
     run_end = np.empty(2 * n, dtype=np.int64)
-    head = np.full(nn, -1, dtype=np.int64)
     for x in range(nn):
-        lo, hi = cnt[x], cnt[x + 1]
-        if hi > lo:
-            head[x] = lo
-        for p in range(lo, hi):
-            nxt[p] = p + 1 if p + 1 < hi else -1
-            prv[p] = p - 1 if p > lo else -1
-        end = -1
-        for p in range(hi - 1, lo - 1, -1):
-            if p + 1 < hi and slot_d[p + 1] != slot_d[p]:
+        end = lo[x + 1]
+        for p in range(lo[x + 1] - 1, lo[x] - 1, -1):
+            if p + 1 < lo[x + 1] and slot_d[p + 1] != slot_d[p]:
                 end = p + 1
             run_end[p] = end
-    return slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head, run_end
+    return lo, slot_unit, slot_d, slot_other, slot_twin, run_end
 
 
-@njit(cache=True)
-def _unlink(x, p, nxt, prv, head):
-    if prv[p] != -1:
-        nxt[prv[p]] = nxt[p]
-    else:
-        head[x] = nxt[p]
-    if nxt[p] != -1:
-        prv[nxt[p]] = prv[p]
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tree_set(tree, leaf0, i, value):
     """Set leaf ``i`` of a min segment tree and fix its ancestors."""
     j = leaf0 + i
@@ -89,73 +127,53 @@ def _tree_set(tree, leaf0, i, value):
 
 
 @njit(cache=True)
-def _offer(
-    x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients, side_min
-):
-    """Slot of x's smallest (completion, id) unit among those it owns, or -1.
-
-    x owns a unit when the other endpoint is free no later than x, so
-    ``free[x] + d`` is the unit's true completion. The cursor skips units
-    that stopped qualifying; within one value of ``free[x]`` they never
-    qualify again (free times only grow). ``side_min[k]`` is the earliest
-    free time among nodes of side k (0 clients, 1 I/O nodes) that still have
-    units: a node earlier than all of the other side owns nothing.
-
-    The cursor unit has the smallest d, but ``free[x] + d`` rounds, so units
-    with a slightly larger d may complete at the same float time; those are
-    scanned and the lowest id kept, exactly as comparing completions would.
-    Units of the cursor's own d are skipped in one jump (``run_end``): they
-    come later in (d, id) order, so their ids are larger. Without the jump,
-    equal sizes made every offer scan its node's whole list.
-    """
-    fx = free[x]
-    if fx < side_min[1 if x < n_clients else 0]:
-        return -1
-    p = cursor[x]
-    while p != -1:
-        if free[slot_other[p]] <= fx:
-            break
-        p = nxt[p]
-    cursor[x] = p
-    if p == -1:
-        return -1
-    best = p
-    key = fx + slot_d[p]
-    # units of p's duration after it have larger ids (lists are in (d, id) order):
-    # jump past them, through slots already taken, which keep pointing forward
-    q = run_end[p]
-    while q != -1 and not alive[q]:
-        q = nxt[q]
-    while q != -1 and fx + slot_d[q] == key:
-        if slot_unit[q] < slot_unit[best] and free[slot_other[q]] <= fx:
-            best = q
-        q = nxt[q]
-    return best
-
-
-@njit(cache=True)
 def ecf(client, ionode, d, n_clients, n_ionodes):
     """Earliest Completion First; returns the order.
 
     A unit's completion is ``free[later endpoint] + d``. Each node offers
-    the smallest (completion, id) unit it owns (see ``_offer``); every
-    pending unit is owned by its later endpoint, so the smallest offer is
-    the global minimum. Offers sit in a lazy heap keyed (completion, unit id,
-    node): free times only grow, so a stale offer is a lower bound and is
-    refreshed when popped. Exact; O(E log E) plus the cursor scans.
+    the smallest (completion, id) unit it owns; every pending unit is owned
+    by its later endpoint, so the smallest offer is the global minimum.
+    Offers sit in a lazy heap keyed (completion, unit id, node): free times
+    only grow, so a stale offer is a lower bound and is refreshed in place
+    when it reaches the top. Exact; O(E log E) plus the cursor scans.
+
+    An offer: x owns a unit when the other endpoint is free no later than x,
+    so ``free[x] + d`` is its true completion. Each node's units are one
+    array of slots in (d, id) order; a taken slot stays where it is and its
+    other endpoint becomes the extra node ``nn``, whose free time is NaN, so
+    it never qualifies and a scan is a plain forward walk. The cursor skips
+    slots that stopped qualifying; within one value of ``free[x]`` they never
+    qualify again (free times only grow). ``side_min[k]`` is the earliest
+    free time among nodes of side k (0 clients, 1 I/O nodes) that still have
+    units: a node earlier than all of the other side owns nothing. The
+    cursor unit has the smallest d, but ``free[x] + d`` rounds, so units with
+    a slightly larger d may complete at the same float time; those are
+    scanned and the lowest id kept, exactly as comparing completions would.
+    Units of the cursor's own d are skipped in one jump (``run_end``): they
+    come later in (d, id) order, so their ids are larger. Without the jump,
+    equal sizes made every offer scan its node's whole list.
+
+    Speed (1M units): the offer is written once, inline, and no array in the
+    loop is re-bound or passed to a function that is not inlined, which
+    keeps Numba's atomic reference counting out of the loop (it took a
+    third of the time); the heap holds at most one entry per node plus one
+    per taken unit (a refresh replaces the top), so it never grows.
     """
     n = d.size
     nn = n_clients + n_ionodes
-    slot_unit, slot_d, slot_other, slot_twin, nxt, prv, head, run_end = _node_lists(
+    lo, slot_unit, slot_d, slot_other, slot_twin, run_end = _node_slots(
         client, ionode, d, n_clients, n_ionodes
     )
-    alive = np.ones(2 * n, dtype=np.bool_)
+    hi = lo[1:].copy()
+    head = lo[:-1].copy()  # first slot not taken
+    left = hi - head  # units not taken
     # heap ids pack (unit, node): ties order by unit id, the node rides along
     shift = 1
     while (1 << shift) < nn:
         shift += 1
     mask = (1 << shift) - 1
-    free = np.zeros(nn, dtype=np.float64)
+    free = np.zeros(nn + 1, dtype=np.float64)
+    free[nn] = np.nan  # the other endpoint of taken slots: never free
     cursor = head.copy()
     last = np.full(nn, -1, dtype=np.int64)  # id of each node's live heap entry
     # min segment trees over the free times of nodes that still have units
@@ -165,79 +183,106 @@ def ecf(client, ionode, d, n_clients, n_ionodes):
     ctree = np.full(2 * leaf0, np.inf)
     stree = np.full(2 * leaf0, np.inf)
     for x in range(nn):
-        if head[x] != -1:
+        if left[x] > 0:
             if x < n_clients:
                 _tree_set(ctree, leaf0, x, 0.0)
             else:
                 _tree_set(stree, leaf0, x - n_clients, 0.0)
     side_min = np.array([ctree[1], stree[1]])
-    keys = np.empty(nn + 2 * n, dtype=np.float64)
-    ids = np.empty(nn + 2 * n, dtype=np.int64)
+    keys = np.empty(nn + n, dtype=np.float64)
+    ids = np.empty(nn + n, dtype=np.int64)
     size = 0
-    for x in range(nn):
-        p = _offer(
-            x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients, side_min
-        )
-        if p != -1:
-            eid = (slot_unit[p] << shift) | x
-            size = push(keys, ids, size, free[x] + slot_d[p], eid)
-            last[x] = eid
     order = np.empty(n, dtype=np.int64)
     m = 0
-    while size > 0:
-        key, eid, size = pop(keys, ids, size)
-        x = eid & mask
-        if last[x] != eid:
-            continue  # superseded by a newer offer of x
-        p = _offer(
-            x, cursor, slot_unit, slot_d, slot_other, nxt, run_end, alive, free, n_clients, side_min
-        )
-        if p == -1:
-            last[x] = -1
+    # what the one offer below is for: first every node's initial offer (PUSH),
+    # then the top of the heap (TOP) and, after x takes a unit, x's next offer
+    # in place of the top (AGAIN) and y's (PUSH)
+    PUSH, TOP, AGAIN = 0, 1, 2
+    init = 0
+    x = -1
+    y = -1
+    mode = PUSH
+    while True:
+        if init < nn:
+            z = init
+            init += 1
+            mode = PUSH
+        elif mode == AGAIN:
+            z = x
+        elif mode == TOP and y != -1:
+            z = y
+            y = -1
+            mode = PUSH
+        else:
+            if size == 0:
+                break
+            x = ids[0] & mask
+            if last[x] != ids[0]:
+                size = pop(keys, ids, size)[2]  # superseded by a newer offer of x
+                continue
+            z = x
+            mode = TOP
+        # z's offer (see above): the first slot it owns, then equal completions
+        fz = free[z]
+        q = -1
+        if fz >= side_min[1 if z < n_clients else 0]:
+            p = cursor[z]
+            end = hi[z]
+            while p < end and not free[slot_other[p]] <= fz:
+                p += 1
+            cursor[z] = p
+            if p < end:
+                q = p
+                key = fz + slot_d[p]
+                r = p + 1
+                if r < end and slot_d[r] == slot_d[p]:
+                    r = run_end[p]
+                while r < end and fz + slot_d[r] == key:
+                    if slot_unit[r] < slot_unit[q] and free[slot_other[r]] <= fz:
+                        q = r
+                    r += 1
+        if q == -1:
+            last[z] = -1
+            if mode != PUSH:
+                size = pop(keys, ids, size)[2]
+            if mode == AGAIN:
+                mode = TOP
             continue
-        if slot_unit[p] != eid >> shift or free[x] + slot_d[p] != key:
-            eid = (slot_unit[p] << shift) | x
-            size = push(keys, ids, size, free[x] + slot_d[p], eid)
-            last[x] = eid
+        eid = (slot_unit[q] << shift) | z
+        key = fz + slot_d[q]
+        if mode == PUSH:
+            size = push(keys, ids, size, key, eid)
+            last[z] = eid
             continue
-        order[m] = slot_unit[p]
+        if mode == AGAIN or eid != ids[0] or key != keys[0]:
+            replace_top(keys, ids, size, key, eid)
+            last[z] = eid
+            if mode == AGAIN:
+                mode = TOP
+            continue
+        # the top is z's true offer, the smallest of all: z takes unit q
+        x = z
+        order[m] = slot_unit[q]
         m += 1
-        y = slot_other[p]
-        _unlink(x, p, nxt, prv, head)
-        _unlink(y, slot_twin[p], nxt, prv, head)
-        alive[p] = False
-        alive[slot_twin[p]] = False
+        y = slot_other[q]
+        slot_other[q] = nn
+        slot_other[slot_twin[q]] = nn
+        left[x] -= 1
+        left[y] -= 1
         free[x] = key
         free[y] = key
         a, b = (x, y) if x < n_clients else (y, x)
-        _tree_set(ctree, leaf0, a, key if head[a] != -1 else np.inf)
-        _tree_set(stree, leaf0, b - n_clients, key if head[b] != -1 else np.inf)
+        _tree_set(ctree, leaf0, a, key if left[a] > 0 else np.inf)
+        _tree_set(stree, leaf0, b - n_clients, key if left[b] > 0 else np.inf)
         side_min[0] = ctree[1]
         side_min[1] = stree[1]
         for z in (x, y):
-            cursor[z] = head[z]
-            q = _offer(
-                z,
-                cursor,
-                slot_unit,
-                slot_d,
-                slot_other,
-                nxt,
-                run_end,
-                alive,
-                free,
-                n_clients,
-                side_min,
-            )
-            if q == -1:
-                last[z] = -1
-            else:
-                eid = (slot_unit[q] << shift) | z
-                if size == keys.size:
-                    keys = np.concatenate((keys, np.empty(keys.size, dtype=np.float64)))
-                    ids = np.concatenate((ids, np.empty(ids.size, dtype=np.int64)))
-                size = push(keys, ids, size, free[z] + slot_d[q], eid)
-                last[z] = eid
+            h = head[z]
+            while h < hi[z] and slot_other[h] == nn:
+                h += 1
+            head[z] = h
+            cursor[z] = h
+        mode = AGAIN
     return order
 
 
