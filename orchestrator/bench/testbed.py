@@ -509,14 +509,17 @@ def plot_sweeps(rows: Sequence[dict[str, Any]], sweeps: Sequence[TestbedSweep], 
     fig, axes = plt.subplots(2, len(sweeps), figsize=(5 * len(sweeps), 7), squeeze=False)
     for j, sw in enumerate(sweeps):
         mine = [r for r in rows if r["sweep"] == sw.name]
-        for p in dict.fromkeys(r["policy"] for r in mine):
+        for i, p in enumerate(dict.fromkeys(r["policy"] for r in mine)):
             pts = sorted((r["x"], r) for r in mine if r["policy"] == p)
             xs = [x for x, _ in pts]
             style = "--" if p == "unordered" else "-"
-            axes[0][j].plot(xs, [r["realized"] for _, r in pts], style, marker="o", label=p)
+            color = f"C{i % 10}"  # one colour per policy in both rows
+            axes[0][j].plot(
+                xs, [r["realized"] for _, r in pts], style, marker="o", label=p, color=color
+            )
             if p != "unordered":
                 ratio = [r.get("realized_over_simulated", float("nan")) for _, r in pts]
-                axes[1][j].plot(xs, ratio, marker="o", label=p)
+                axes[1][j].plot(xs, ratio, marker="o", label=p, color=color)
         axes[0][j].set_title(sw.name)
         axes[0][j].set_ylabel("realized seconds")
         axes[1][j].axhspan(0.8, 1.25, color="0.9")
