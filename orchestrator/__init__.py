@@ -55,6 +55,8 @@ if TYPE_CHECKING:
         StageAborted,
         StageError,
         StorageError,
+        TestbedError,
+        TestbedUnavailable,
         TransferSetError,
     )
     from .frontends.capturing import capture
@@ -99,6 +101,8 @@ _LAZY = {
         "StageAborted",
         "StageError",
         "StorageError",
+        "TestbedError",
+        "TestbedUnavailable",
         "TransferSetError",
     ),
     "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
@@ -183,6 +187,8 @@ __all__ = [
     "StageError",
     "StageResult",
     "StorageError",
+    "TestbedError",
+    "TestbedUnavailable",
     "TransferSet",
     "TransferSetError",
     "Units",

@@ -189,7 +189,10 @@ def test_sigkill_of_the_driver_is_swept_by_the_next_up(state_dir: Path) -> None:
         tid = p.stdout.readline().strip()
         assert tid, "the driver did not bring its testbed up"
         procs = registry.load(tid)["processes"]  # type: ignore[index]
+        creds = registry.load(tid)["credentials"]  # type: ignore[index]
         assert all(registry.alive(i) for i in procs.values())
+        assert creds and all(Path(f).exists() for f in creds)
+        old_key = Path(creds[1]).read_bytes()
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
@@ -199,9 +202,13 @@ def test_sigkill_of_the_driver_is_swept_by_the_next_up(state_dir: Path) -> None:
     with testbed.up("modern", n_io=1, n_compute=1) as tb:
         assert _leftovers(tid) == []
         assert not any(registry.alive(i) for i in procs.values())
+        # its private key went too (the new testbed may reuse the subnet, and so the
+        # address and file name, with a key of its own)
+        assert not Path(creds[1]).exists() or Path(creds[1]).read_bytes() != old_key
         ids = [r["id"] for r in testbed.status()]
         assert tb.tid in ids and tid not in ids
     assert _leftovers(tb.tid) == []
+    assert not any(Path(f).exists() for f in creds)
 
 
 def test_cli_up_status_run_down(state_dir: Path) -> None:
@@ -319,3 +326,28 @@ def test_slurm_across_hosts_places_io_workers_on_io_hosts(monkeypatch: pytest.Mo
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert _leftovers(tb.tid) == []
+
+
+def test_the_sweep_removes_only_what_a_testbed_names(state_dir: Path) -> None:
+    """Namespaces and links whose names a testbed never makes are not the sweep's."""
+    _needs_testbed()
+    mine = ["iorch-dev", "iorch-abc-h1", "iorch-0a0b0c-extra"]
+    for ns in mine:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        testbed.sweep()
+        assert set(mine) <= set(netns.list_ns())
+    finally:
+        for ns in mine:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_cli_down_needs_an_id_or_all() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "testbed", "down"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        timeout=120,
+    )
+    assert r.returncode == 2 and "--all" in r.stderr and "Traceback" not in r.stderr

@@ -42,6 +42,8 @@ class TransferStage:
     rows: list[npt.NDArray[np.int64]]
     stripe_bytes: int
     transfers: TransferSet
+    #: the TransferSet given (its order is each client's own: the unordered baseline's)
+    given: TransferSet | None = None
 
     @property
     def nbytes(self) -> int:
@@ -96,7 +98,7 @@ def transfer_stage(
     derived = derive_transfers(
         spec, writer, StripeLayout(n, stripe_bytes), "list", n_clients=ts.n_clients
     ).transfers
-    return TransferStage(spec, rows, stripe_bytes, derived)
+    return TransferStage(spec, rows, stripe_bytes, derived, ts)
 
 
 def contribution_of(client: int, rows: npt.NDArray[np.int64], width: int) -> Any:

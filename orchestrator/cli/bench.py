@@ -474,7 +474,7 @@ def bench_testbed(
         bool, typer.Option(help="One point per sweep, three policies, one repeat, 8 partitions.")
     ] = False,
     compute: Annotated[int, typer.Option(min=2, help="Compute hosts (clients).")] = 16,
-    repeat: Annotated[int, typer.Option(min=1, help="Runs per policy and point (median).")] = 2,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per policy and point (median).")] = 3,
     out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
         "out/bench-testbed"
     ),

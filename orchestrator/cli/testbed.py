@@ -48,16 +48,21 @@ def up_cmd(
 
 
 def down_cmd(
-    testbed_id: Annotated[
-        str | None, typer.Argument(help="The testbed's id (default: every testbed here).")
-    ] = None,
+    testbed_id: Annotated[str | None, typer.Argument(help="The testbed's id.")] = None,
+    all_: Annotated[
+        bool,
+        typer.Option("--all", help="Every testbed of this machine, other runs' live ones too."),
+    ] = False,
 ) -> None:
     """Stop a testbed's processes and remove its namespaces, links and files.
 
-    Example: ``iorch testbed down 3fa9c1``
+    Example: ``iorch testbed down 3fa9c1`` (``iorch testbed status`` lists the ids)
     """
     from .. import testbed
+    from ..errors import InputError
 
+    if (testbed_id is None) == (not all_):
+        raise InputError("name one testbed id, or --all (`iorch testbed status` lists them)")
     gone = testbed.down(testbed_id)
     err.print(f"removed {len(gone)} testbed(s): {', '.join(gone) or 'none'}")
 

@@ -269,28 +269,17 @@ def up(
     netns.require()
     registry.sweep()
     tid = secrets.token_hex(3)
-    slot = _free_slot()
-    net = _subnet(slot)
-    hosts = _hosts(tid, prof, net)
-    address = f"tls://{hosts[0].address}:{PORT}"
-    state: dict[str, Any] = {
-        "id": tid,
-        "slot": slot,
-        "profile": prof.name,
-        "n_io": prof.n_io,
-        "n_compute": prof.n_compute,
-        "owner": registry.process_identity(os.getpid()),
-        "scheduler": address,
-        "namespaces": [],
-        "links": [],
-        "processes": {},
-        "credentials": [],
-        "etc": [],
-        "hosts": [h.__dict__ for h in hosts],
-        "created": time.time(),
-    }
-    registry.save(state)  # first: a run killed from here on leaves a record to sweep
-    # Ctrl-C while building: finish the step, remove everything, then deliver it
+    with registry.locked():  # two ups at once must not take the same subnet
+        slot = _free_slot()
+        net = _subnet(slot)
+        hosts = _hosts(tid, prof, net)
+        address = f"tls://{hosts[0].address}:{PORT}"
+        registry.save(_record(tid, slot, prof, address, hosts))
+    state = registry.load(tid)
+    if state is None:
+        raise TestbedError(f"the record of testbed {tid} vanished as it was written")
+    # a failure or Ctrl-C while building: everything made so far is removed (a second
+    # Ctrl-C during that removal leaves the rest to the next up's sweep)
     try:
         state["namespaces"].append(netns.add_switch(tid))
         registry.save(state)
@@ -335,6 +324,27 @@ def up(
         Path(state["slurm_conf"]) if slurm else None,
         _owner=not detached,
     )
+
+
+def _record(tid: str, slot: int, prof: Profile, address: str, hosts: list[Host]) -> dict[str, Any]:
+    """A testbed's first record: written before anything is made, so a run killed from
+    then on leaves a record to sweep."""
+    return {
+        "id": tid,
+        "slot": slot,
+        "profile": prof.name,
+        "n_io": prof.n_io,
+        "n_compute": prof.n_compute,
+        "owner": registry.process_identity(os.getpid()),
+        "scheduler": address,
+        "namespaces": [],
+        "links": [],
+        "processes": {},
+        "credentials": [],
+        "etc": [],
+        "hosts": [h.__dict__ for h in hosts],
+        "created": time.time(),
+    }
 
 
 def _start_dask(

@@ -19,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,22 @@ def alive(ident: list[int] | None) -> bool:
     return ident is not None and process_identity(int(ident[0])) == list(ident)
 
 
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """Hold the machine's testbed lock (``flock`` on the record folder) for a few steps."""
+    import fcntl
+
+    base = state_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    base.chmod(0o755)  # munged, user munge, reaches a testbed's socket through it
+    fd = os.open(base, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def save(state: dict[str, Any]) -> None:
     """Write a record atomically (a reader never sees half of one)."""
     d = state_dir() / state["id"]
@@ -78,6 +96,17 @@ def load(tid: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _unreadable(tid: str) -> bool:
+    """Whether a record exists but cannot be read now (EMFILE, EACCES): not broken, busy."""
+    try:
+        (state_dir() / tid / "state.json").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return False
+
+
 def records() -> list[dict[str, Any]]:
     """Every testbed recorded on this machine, live or stale."""
     base = state_dir()
@@ -91,7 +120,7 @@ def records() -> list[dict[str, Any]]:
                 young = time.time() - d.stat().st_mtime < YOUNG
             except OSError:  # removed meanwhile
                 continue
-            if young:  # another process is writing its first record
+            if young or _unreadable(d.name):  # being written, or a passing read error
                 continue
             st = {"id": d.name, "owner": None, "broken": True}
         out.append(st)
@@ -107,7 +136,8 @@ def stale(state: dict[str, Any]) -> bool:
 
 
 def _stop(idents: list[list[int]], grace: float) -> None:
-    live = [i for i in idents if alive(i)]
+    own = {os.getpid(), 1}
+    live = [i for i in idents if i[0] not in own and alive(i)]
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         for pid, _ in live:
             with contextlib.suppress(ProcessLookupError):
@@ -130,27 +160,63 @@ def teardown(state: dict[str, Any], grace: float = 3.0) -> None:
     tid = str(state["id"])
     _stop([list(p) for p in state.get("processes", {}).values()], grace)
     spaces = sorted(
-        set(state.get("namespaces", [])) | {n for n in netns.list_ns() if _tid(n) == tid}
+        {n for n in state.get("namespaces", []) if _tid(n) == tid}
+        | {n for n in netns.list_ns() if _tid(n) == tid}
     )
+    spaces = [n for n in spaces if not _foreign(n)]
     # a process the record missed (started by hand inside a host): stopped by its PID too
     _stop([i for ns in spaces for p in netns.ns_pids(ns) if (i := process_identity(p))], 1.0)
     for ns in spaces:
         netns.delete_ns(ns)
-    for link in {*state.get("links", []), netns.gateway_name(tid)} & set(netns.list_links()):
+    for link in {netns.gateway_name(tid)} & set(netns.list_links()):
         netns.delete_link(link)
     for d in state.get("etc", []):
-        if Path(d).parent == Path("/etc/netns") and Path(d).name.startswith(netns.PREFIX):
+        if Path(d).parent == Path("/etc/netns") and _tid(Path(d).name) == tid:
             shutil.rmtree(d, ignore_errors=True)
     with contextlib.suppress(OSError):
         Path("/etc/netns").rmdir()  # only when empty: made by the first testbed, perhaps
+    _credentials(list(state.get("credentials", [])))
     shutil.rmtree(state_dir() / tid, ignore_errors=True)
     with contextlib.suppress(OSError):
         state_dir().rmdir()  # only when empty: nothing of ours left
 
 
+#: what a testbed names its namespaces, /etc/netns folders and root link; nothing else is
+#: ever removed by a sweep
+_NS = re.compile(r"^iorch-([0-9a-f]{6})-(?:sw|h\d+)$")
+_LINK = re.compile(r"^iorch([0-9a-f]{6})$")
+_PROBE = re.compile(r"^iorch-probe-(?:netem-)?(\d+)$")
+
+
 def _tid(ns: str) -> str | None:
-    rest = ns[len(netns.PREFIX) :]
-    return rest.split("-", 1)[0] if ns.startswith(netns.PREFIX) and "-" in rest else None
+    m = _NS.match(ns)
+    return m.group(1) if m else None
+
+
+def _foreign(ns: str) -> bool:
+    """Whether namespace ``ns`` is this process's or init's own (an alias made by hand):
+    its processes are the machine's, not a testbed's."""
+    try:
+        ino = os.stat(f"/run/netns/{ns}").st_ino
+    except OSError:  # gone meanwhile: nothing to remove
+        return True
+    own = []
+    for ref in ("/proc/self/ns/net", "/proc/1/ns/net"):  # init's may be closed to us
+        with contextlib.suppress(OSError):
+            own.append(os.stat(ref).st_ino)
+    return ino in own
+
+
+def _credentials(paths: list[str]) -> None:
+    """Remove a testbed's certificate and key (only files in the credentials folder)."""
+    from ..engine.security import credentials_dir
+
+    home = credentials_dir().resolve()
+    for f in paths:
+        p = Path(f)
+        if p.resolve().parent == home:
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def sweep() -> list[str]:
@@ -169,26 +235,34 @@ def sweep() -> list[str]:
         if stale(st):
             teardown(st, grace=1.0)
             removed.append(str(st["id"]))
-    # what is left: live testbeds, and those whose first record is being written
+    # an object is an orphan if no record of its id exists *when it is removed*: a record
+    # is always written before its testbed makes anything, so a testbed being made
+    # meanwhile is never taken for one
     base = state_dir()
-    known = {d.name for d in base.iterdir()} if base.is_dir() else set()
+
+    def orphan(tid: str | None) -> bool:
+        return tid is not None and not (base / tid).exists()
+
     for ns in netns.list_ns():
+        m = _PROBE.match(ns)
+        if m:  # a probe whose process is gone
+            if process_identity(int(m.group(1))) is None:
+                netns.delete_ns(ns)
+            continue
         tid = _tid(ns)
-        if tid == "probe":  # iorch-probe-<pid>[-netem]: a probe whose process is gone
-            pid = ns.split("-")[2]
-            if pid.isdigit() and process_identity(int(pid)) is not None:
-                continue
-        elif tid in known:
+        if not orphan(tid) or _foreign(ns):
             continue
         _stop([i for p in netns.ns_pids(ns) if (i := process_identity(p))], 1.0)
-        netns.delete_ns(ns)
-        removed.append(str(tid))
+        if orphan(tid):
+            netns.delete_ns(ns)
+            removed.append(str(tid))
     etc = Path("/etc/netns")
     for d in sorted(etc.glob(f"{netns.PREFIX}*")) if etc.is_dir() else []:
-        if _tid(d.name) not in known:
+        if orphan(_tid(d.name)):
             shutil.rmtree(d, ignore_errors=True)
     for link in netns.list_links():
-        if link[len("iorch") :] not in known:
+        m = _LINK.match(link)
+        if m and orphan(m.group(1)):
             netns.delete_link(link)
-            removed.append(link[len("iorch") :])
+            removed.append(m.group(1))
     return sorted(set(removed))

@@ -123,12 +123,11 @@ def start(state: dict[str, Any], hosts: list[Any], spawn: Any, timeout: float = 
     from .registry import state_dir
 
     root = state_dir() / state["id"] / "slurm"
-    for parent in state_dir().resolve().parents:
+    for parent in [state_dir().resolve(), *state_dir().resolve().parents]:
         if not os.stat(parent).st_mode & 0o001:
             raise TestbedError(
                 f"munged runs as user munge and cannot reach its socket under {state_dir()}: "
-                f"{parent} is closed to other users; set IORCH_TESTBED_DIR to a folder they "
-                "can traverse"
+                f"{parent} is closed to other users (chmod o+x {parent})"
             )
     for d in ("state", "spool", "log", "run", "munge", *(f"spool/{h.name}" for h in hosts[1:])):
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -189,6 +188,8 @@ def _wait(ok: Any, timeout: float, what: str, root: Path) -> None:
             return
         time.sleep(0.3)
     tails = []
-    for f in sorted((root / "log").glob("*")):
+    for f in [*sorted((root / "log").glob("*")), root / "munge" / "munged.log"]:
+        if not f.exists():
+            continue
         tails.append(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:]))
     raise TestbedError(f"no {what} after {timeout} s\n" + "\n".join(tails))
