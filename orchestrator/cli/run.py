@@ -221,9 +221,10 @@ def _report_bips3d(
         )
     console.print(t)
     console.print(
-        "every dump was verified row by row after its commit. write s: realized makespan, first "
-        "write to last fsync (median run); planned s: the plan's makespan under the cost model "
-        "measured at start; MB/s and ÷ raw disk from write s; stage s: plan, dispatch, "
+        "every dump was verified row by row after its commit. write s: realized makespan, "
+        "the first I/O node's start (its first fetch) to the last fsync (median run); "
+        "planned s: the plan's makespan under the cost model measured at start; "
+        "MB/s and ÷ raw disk from write s; stage s: plan, dispatch, "
         "checksums while writing and commit; planned ÷ LB: the plan's makespan over the lower "
         "bound."
     )
