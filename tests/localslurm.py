@@ -9,7 +9,6 @@ the test process and are stopped by PID. The Debian packages come from
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -66,13 +65,12 @@ def unavailable_reason() -> str | None:
     """Why a local Slurm cannot be started here, or ``None`` when it can."""
     if os.geteuid() != 0:
         return "not root: slurmd must run as root"
-    for exe in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol"):
-        if shutil.which(exe) is None and not Path(f"/usr/sbin/{exe}").exists():
-            return f"{exe} not installed (make test installs it with .ci/setup-slurm)"
-    try:
-        pwd.getpwnam("munge")
-    except KeyError:
-        return "no 'munge' user (package munge not installed)"
+    # the same packages, user and key as Slurm across a testbed needs
+    from orchestrator.testbed.slurm import missing
+
+    why = missing()
+    if why is not None:
+        return f"{why} (make test installs it with .ci/setup-slurm)"
     # NoInAddrAny binds the daemons to what this host's name resolves to
     try:
         me = socket.gethostbyname(socket.gethostname())
@@ -80,8 +78,6 @@ def unavailable_reason() -> str | None:
         return f"this host's name does not resolve ({e})"
     if not me.startswith("127."):
         return f"this host's name resolves to {me}, not loopback: the daemons would listen there"
-    if not Path("/etc/munge/munge.key").exists():
-        return "no /etc/munge/munge.key"
     return None
 
 
