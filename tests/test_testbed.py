@@ -263,8 +263,11 @@ def test_a_sweep_point_runs_for_real(state_dir: Path, tmp_path: Path) -> None:
         )
         rows = tbb.sweep_rows(cl, small, small.xs, ["ecf"], cal, tmp_path, repeat=1)
     by = {r["policy"]: r for r in rows}
-    assert set(by) == {"unordered", "ecf"}
+    assert set(by) == {"unordered", "unordered-shared", "ecf"}
     assert by["ecf"]["n_ionodes"] == 2 and by["ecf"]["n_clients"] == 3
+    assert {r["seed"] for r in rows} == {0}
+    # the simulator predicts the FCFS baseline too (its one-port I/O nodes are that one's)
+    assert by["unordered"]["simulated"] > 0 and "simulated" not in by["unordered-shared"]
     for r in rows:
         assert r["realized"] > 0
     # the I/O nodes take no more than their disks' rate: no plan beats the bound

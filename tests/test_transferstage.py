@@ -74,3 +74,53 @@ def test_sweeps_scale_the_papers() -> None:
                 ts = sw.transfers(x, 16)
                 assert ts.n_ionodes == sw.n_ionodes(x) and ts.n_clients == 16
                 assert ts.nbytes.max() <= (256 << 10) * 1.05
+
+
+def _fifo_oracle(sequences: list[list[tuple[int, float]]]) -> float:
+    """One-port clients, FCFS I/O nodes, by hand: a client sends its next transfer when the
+    last one ends; a node serves arrivals in arrival order (ties: lower client first)."""
+    import heapq
+
+    free: dict[int, float] = {}
+    ready = [(0.0, c, 0) for c, seq in enumerate(sequences) if seq]
+    heapq.heapify(ready)
+    end = 0.0
+    while ready:
+        t, c, k = heapq.heappop(ready)
+        node, d = sequences[c][k]
+        start = max(t, free.get(node, 0.0))
+        free[node] = start + d
+        end = max(end, start + d)
+        if k + 1 < len(sequences[c]):
+            heapq.heappush(ready, (start + d, c, k + 1))
+    return end
+
+
+@settings(max_examples=300, deadline=None)
+@given(transfer_sets())
+def test_unordered_plan_is_fifo_service_of_each_clients_own_order(
+    case: tuple[TransferSet, int, int],
+) -> None:
+    """The simulator's prediction for the testbed's unordered baseline: whole transfers, each
+    client in :func:`client_sequences` order (its workload's first mention of each node),
+    FCFS at the I/O nodes."""
+    from orchestrator import CostModel
+
+    ts, row, stripe = case
+    stg = transfer_stage(ts, row_bytes=row, stripe_bytes=stripe)
+    seqs = tbb.client_sequences(stg)
+    d = stg.transfers
+    for c, seq in enumerate(seqs):
+        # every node the client writes to, once, led by the given workload's order
+        assert sorted(seq) == sorted(set(d.ionode[d.client == c].tolist()))
+        named = list(dict.fromkeys(ts.ionode[ts.client == c].tolist()))
+        assert seq[: len(named)] == named
+    cost = CostModel(1000.0, 1000.0, network_latency=0.01)
+    load = {
+        (int(c), int(s)): cost.duration(np.array([b]))[0]
+        for c, s, b in zip(d.client, d.ionode, d.nbytes, strict=True)
+    }
+    want = _fifo_oracle([[(s, load[(c, s)]) for s in seq] for c, seq in enumerate(seqs)])
+    got = tbb.unordered_plan(stg, cost)
+    assert len(got.order) == len(d)  # whole transfers: nothing cut
+    assert got.makespan == pytest.approx(want)

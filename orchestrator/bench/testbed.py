@@ -34,7 +34,10 @@ import numpy as np
 from ..cost import CostModel
 from ..engine.cluster import IOCluster
 from ..engine.stage import write_stage
+from ..errors import InputError
 from ..files import remove_path
+from ..plan import Plan
+from ..policies.scheduling import schedule
 from ..transfers import TransferSet
 from ..workload import bidding_workload
 from .transferstage import TransferStage, contribution_of, transfer_stage
@@ -59,6 +62,10 @@ class TestbedSweep:
     xkey: str
     xs: tuple[float, ...]
     fixed: dict[str, float]
+    #: clients writing (the first compute hosts); ``None``: every compute host
+    n_clients: int | None = None
+    #: workload seeds: every point runs once per seed
+    seeds: tuple[int, ...] = (0,)
 
     def transfers(self, x: float, n_clients: int, seed: int = 0) -> TransferSet:
         """The bidding workload at point ``x`` for ``n_clients`` clients, sizes scaled.
@@ -94,6 +101,8 @@ def paper_sweeps(quick: bool = False) -> list[TestbedSweep]:
     --------
     >>> paper_sweeps()[0].xs
     (2, 4, 8)
+    >>> paper_sweeps()[3].n_clients
+    8
     """
     if quick:
         return [
@@ -140,6 +149,21 @@ def paper_sweeps(quick: bool = False) -> list[TestbedSweep]:
             "large_ratio",
             (0.1, 0.5, 0.9),
             {"n_ionodes": 8, "busy_ratio": 0.125},
+        ),
+        # The one-port regime: as many clients as I/O nodes. With 16 clients over 8 I/O
+        # nodes a client's requests to one node are one transfer (the list strategy's unit)
+        # and every busy node always has someone queued, so unordered dispatch sits at the
+        # lower bound; with one client per node, a client queued at one busy node leaves
+        # another idle, which is what ordering repairs (the simulator predicts 1.2-1.35x
+        # on average here, under 1.1x with 16 clients). Three seeds: the gap varies by draw.
+        TestbedSweep(
+            "busy-1:1",
+            "busy ratio RB, 8 clients : 8 I/O nodes (RL=0.1)",
+            "busy_ratio",
+            (0.25, 0.5, 0.75, 1.0),
+            {"n_ionodes": 8, "large_ratio": 0.1, "normal_requests": 1.0},
+            n_clients=8,
+            seeds=(0, 1, 2),
         ),
     ]
 
@@ -318,33 +342,128 @@ def _pwrite(path: str, offsets: list[tuple[int, int]], data: Any) -> int:
     return at
 
 
+def _pull_write(path: str, offsets: list[tuple[int, int]], key: str) -> int:
+    """On an I/O worker: fetch one transfer's bytes from its client, then write them.
+
+    The fetch happens inside the task, on the worker's one thread (``get_client``
+    does not secede), so the I/O node receives one transfer at a time, in the
+    order the tasks reached it: FCFS service, as the papers' one-port I/O node.
+    Passing the future as an argument instead would let Dask fetch several
+    transfers' bytes at once, before any of them runs.
+    """
+    from distributed import Future, get_client
+
+    client = get_client()
+    fut: Any = Future(key, client=client)
+    # a future made from a key is not known to be wanted until the scheduler hears it
+    # (as the engine's I/O node does for cuts handed ahead)
+    client._send_to_scheduler({"op": "client-desires-keys", "keys": [key]})
+    data = client.gather(fut, direct=True)
+    return _pwrite(path, offsets, data)
+
+
 def _push(
-    contrib: Any, sends: list[tuple[str, list[int], list[tuple[int, int]]]], path: str
-) -> int:
+    contrib: Any,
+    sends: list[tuple[str, list[int], list[tuple[int, int]]]],
+    path: str,
+    fcfs: bool = True,
+) -> list[tuple[str, int, float, float]]:
     """On a compute worker: send each transfer to its I/O worker and wait until it is written,
-    one at a time, in this client's own order (the unordered baseline)."""
-    from distributed import worker_client
+    one at a time, in this client's own order (the unordered baseline). Returns each send's
+    I/O worker, bytes written, and wall-clock start and end (one clock: one machine).
+
+    With ``fcfs`` the I/O worker pulls the bytes when the transfer's turn comes
+    (:func:`_pull_write`); without, the client pushes them at once and every client
+    pushing to an I/O node shares its link (TCP's fair share, not a queue).
+    """
+    from distributed import get_worker, worker_client
 
     rows = contrib.rows
-    sent = 0
+    me = get_worker().address
+    done = []
     with worker_client() as wc:
         for io, sel_rows, offsets in sends:
             idx = np.searchsorted(rows, np.asarray(sel_rows, dtype=np.int64))
             data = np.ascontiguousarray(contrib.values[idx]).view(np.uint8).ravel()
-            [fut] = wc.scatter([data], workers=[io], direct=True)
-            sent += wc.submit(_pwrite, path, offsets, fut, workers=[io], pure=False).result()
+            t0 = time.time()
+            if fcfs:
+                [fut] = wc.scatter([data], workers=[me], direct=True)
+                task = wc.submit(_pull_write, path, offsets, fut.key, workers=[io], pure=False)
+            else:
+                [fut] = wc.scatter([data], workers=[io], direct=True)
+                task = wc.submit(_pwrite, path, offsets, fut, workers=[io], pure=False)
+            n = task.result()
+            done.append((io, int(n), t0, time.time()))
             fut.release()
-    return sent
+    return done
+
+
+def client_sequences(st: TransferStage) -> list[list[int]]:
+    """Each client's I/O nodes in the order unordered dispatch sends to them: as its
+    transfers first name them in the given workload (random, as the bidding workload's),
+    then any others the layout added.
+
+    Examples
+    --------
+    >>> from orchestrator import TransferSet
+    >>> st = transfer_stage(TransferSet([0, 0, 1], [1, 0, 0], [64, 64, 64]), 8, 64)
+    >>> client_sequences(st)
+    [[1, 0], [0]]
+    """
+    ts, given = st.transfers, st.given
+    out = []
+    for c in range(ts.n_clients):
+        mine = given.ionode[given.client == c].tolist() if given is not None else []
+        has = set(ts.ionode[ts.client == c].tolist())
+        out.append([s for s in dict.fromkeys([*mine, *range(ts.n_ionodes)]) if s in has])
+    return out
+
+
+def unordered_plan(st: TransferStage, cost: CostModel) -> Plan:
+    """The simulator's unordered dispatch of ``st``: each client's transfers, whole, in
+    :func:`client_sequences` order, against FCFS I/O nodes (``first-ios`` on whole
+    transfers), under ``cost``.
+
+    Examples
+    --------
+    >>> from orchestrator import TransferSet
+    >>> st = transfer_stage(TransferSet([0, 0, 1, 1], [0, 1, 0, 1], [64] * 4), 8, 64)
+    >>> unordered_plan(st, CostModel(64.0, 64.0)).makespan  # both start at node 0
+    3.0
+    >>> schedule(st.transfers, "ecf", cost=CostModel(64.0, 64.0)).makespan
+    2.0
+    """
+    ts = st.transfers
+    rank = np.empty(len(ts), dtype=np.int64)
+    for c, seq in enumerate(client_sequences(st)):
+        at = {s: k for k, s in enumerate(seq)}
+        idx = np.flatnonzero(ts.client == c)
+        rank[idx] = [at[int(s)] for s in ts.ionode[idx]]
+    perm = np.lexsort((rank, ts.client))
+    mine = TransferSet(
+        ts.client[perm], ts.ionode[perm], ts.nbytes[perm], ts.n_clients, ts.n_ionodes
+    )
+    return schedule(mine, "first-ios", cost=cost, block_size=int(ts.nbytes.max()))
 
 
 def unordered_seconds(
-    cluster: IOCluster, st: TransferStage, parts: list[Any], directory: Path
+    cluster: IOCluster,
+    st: TransferStage,
+    parts: list[Any],
+    directory: Path,
+    trace: list[tuple[int, int, int, float, float]] | None = None,
+    fcfs: bool = True,
 ) -> float:
     """Unordered dispatch of ``st``: wall seconds until every client's sends are written.
 
-    Clients send their transfers (the stage's, in transfer index order) one at a
-    time, each waiting for its write; I/O workers run one write at a time in
-    the order they arrive. The file is a plain one of the dataset's bytes.
+    Clients send their transfers (each in its own order: the I/O nodes as its
+    workload names them) one at a time, each waiting for its write. With
+    ``fcfs`` (the papers' baseline) an I/O node serves one transfer at a time in
+    the order they reach it; without, clients push at once and share the I/O
+    node's link (what plain concurrent writers over TCP get). The file is a
+    plain one of the dataset's bytes.
+    ``trace``, if given, receives each send as (client, I/O node, bytes, start,
+    end), seconds from the dispatch's start: the realized Gantt chart.
     """
     from distributed import wait
 
@@ -355,17 +474,13 @@ def unordered_seconds(
     per_stripe = st.stripe_bytes // st.spec.row_bytes
     jobs = []
     by_client = {int(c): i for i, c in enumerate(r for r in range(len(st.rows)) if st.rows[r].size)}
+    sequences = client_sequences(st)
     for c, rows in enumerate(st.rows):
         if not rows.size:
             continue
         node = (rows // per_stripe) % n
         sends = []
-        # the client's own order: the I/O nodes as its transfers first name them in the
-        # workload (random, as the bidding workload's), then any the layout added
-        given = st.given
-        mine = given.ionode[given.client == c].tolist() if given is not None else []
-        order = list(dict.fromkeys([*mine, *range(n)]))
-        for s in order:
+        for s in sequences[c]:
             sel = rows[node == s]
             if not sel.size:
                 continue
@@ -383,6 +498,7 @@ def unordered_seconds(
             parts[by_client[c]],
             sends,
             str(path),
+            fcfs,
             workers=[cluster.compute_worker(c)],
             pure=False,
         )
@@ -397,7 +513,13 @@ def unordered_seconds(
         ]
     )
     seconds = time.perf_counter() - t0
-    done = sum(f.result() for f in futs)
+    pushed: list[list[tuple[str, int, float, float]]] = [f.result() for f in futs]
+    done = sum(n for one in pushed for _, n, _, _ in one)
+    if trace is not None:
+        first = min(t for one in pushed for _, _, t, _ in one)
+        index = {w: k for k, w in enumerate(cluster.ionodes)}
+        for (c, _), one in zip(jobs, pushed, strict=True):
+            trace.extend((c, index[io], n, a - first, b - first) for io, n, a, b in one)
     try:
         if done != st.spec.row_bytes * sum(r.size for r in st.rows):
             raise RuntimeError(f"unordered dispatch wrote {done} bytes of {st.nbytes}")
@@ -424,53 +546,89 @@ def sweep_rows(
     calibration: Calibration,
     directory: Path,
     repeat: int = 3,
-    seed: int = 0,
+    seeds: Sequence[int] | None = None,
     advance: Any = lambda msg: None,
 ) -> list[dict[str, Any]]:
-    """Rows of one sweep's points on one testbed: each policy (median of ``repeat``) and the
-    unordered dispatch, all with the same contributions, after an untimed warm-up of both."""
-    n_clients = len(cluster.compute)
+    """Rows of one sweep's points on one testbed, for each seed (default: the sweep's):
+    each policy (median of ``repeat``), unordered dispatch with FCFS I/O nodes
+    (``unordered``, with the simulator's prediction for it) and with clients sharing the
+    I/O nodes' links (``unordered-shared``), all with the same contributions, after an
+    untimed warm-up of each."""
+    n_clients = sweep.n_clients or len(cluster.compute)
+    if n_clients > len(cluster.compute):
+        raise InputError(
+            f"sweep {sweep.name!r} needs n_clients={n_clients} compute hosts, "
+            f"the testbed has {len(cluster.compute)}"
+        )
     out = []
     for x in xs:
-        st = build(sweep, x, n_clients, seed)
-        parts = place(cluster, st)
-        try:
-            unordered_seconds(cluster, st, parts, directory)  # warm-up: imports, first connections
-            run_point(cluster, st, parts, policies[:1], None, directory)
-            runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
-            unordered = []
-            for _ in range(repeat):
-                unordered.append(unordered_seconds(cluster, st, parts, directory))
-                for row in run_point(cluster, st, parts, policies, calibration, directory):
-                    runs[row["policy"]].append(row)
-            loads = np.bincount(st.transfers.ionode, weights=st.transfers.nbytes)
-            base = {
-                "sweep": sweep.name,
-                "x": x,
-                "n_ionodes": st.transfers.n_ionodes,
-                "n_clients": n_clients,
-                "transfers": len(st.transfers),
-                "nbytes": st.nbytes,
-                "max_ionode_bytes": int(loads.max()),
-            }
-            # the same statistic for every row: the middle run (the lower one of two)
-            u = sorted(unordered)[(len(unordered) - 1) // 2]
-            out.append({**base, "policy": "unordered", "realized": u, "all_realized": unordered})
-            for rs in runs.values():
-                med = sorted(rs, key=lambda r: r["realized"])[(len(rs) - 1) // 2]
-                out.append(
-                    {
-                        **base,
-                        **med,
-                        "all_realized": [r["realized"] for r in rs],
-                        "unordered_over_realized": u / med["realized"],
-                    }
-                )
+        for seed in sweep.seeds if seeds is None else seeds:
+            out += _point_rows(
+                cluster, sweep, build(sweep, x, n_clients, seed), x, seed,
+                policies, calibration, directory, repeat,
+            )  # fmt: skip
             advance(f"{sweep.name} = {x}")
-        finally:
-            for p in parts:
-                p.release()
     return out
+
+
+def _point_rows(
+    cluster: IOCluster,
+    sweep: TestbedSweep,
+    st: TransferStage,
+    x: float,
+    seed: int,
+    policies: Sequence[str],
+    calibration: Calibration,
+    directory: Path,
+    repeat: int,
+) -> list[dict[str, Any]]:
+    """The rows of one sweep point and seed (see :func:`sweep_rows`)."""
+    parts = place(cluster, st)
+    try:
+        for fcfs in (True, False):  # warm-up: imports, first connections
+            unordered_seconds(cluster, st, parts, directory, fcfs=fcfs)
+        run_point(cluster, st, parts, policies[:1], None, directory)
+        runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+        unordered: dict[str, list[float]] = {"unordered": [], "unordered-shared": []}
+        for _ in range(repeat):
+            for name, fcfs in (("unordered", True), ("unordered-shared", False)):
+                unordered[name].append(unordered_seconds(cluster, st, parts, directory, fcfs=fcfs))
+            for row in run_point(cluster, st, parts, policies, calibration, directory):
+                runs[row["policy"]].append(row)
+    finally:
+        for p in parts:
+            p.release()
+    loads = np.bincount(st.transfers.ionode, weights=st.transfers.nbytes)
+    base = {
+        "sweep": sweep.name,
+        "x": x,
+        "seed": seed,
+        "n_ionodes": st.transfers.n_ionodes,
+        "n_clients": st.transfers.n_clients,
+        "transfers": len(st.transfers),
+        "nbytes": st.nbytes,
+        "max_ionode_bytes": int(loads.max()),
+    }
+    rows = []
+    # the same statistic for every row: the middle run (the lower one of two)
+    mid = {k: sorted(v)[(len(v) - 1) // 2] for k, v in unordered.items()}
+    sim = calibration.predict(unordered_plan(st, calibration.model))
+    for name, v in unordered.items():
+        row = {**base, "policy": name, "realized": mid[name], "all_realized": v}
+        if name == "unordered":  # the simulator's one-port FIFO I/O nodes are this one's
+            row |= {"simulated": sim, "realized_over_simulated": mid[name] / sim}
+        rows.append(row)
+    for rs in runs.values():
+        med = sorted(rs, key=lambda r: r["realized"])[(len(rs) - 1) // 2]
+        rows.append(
+            {
+                **base,
+                **med,
+                "all_realized": [r["realized"] for r in rs],
+                "unordered_over_realized": mid["unordered"] / med["realized"],
+            }
+        )
+    return rows
 
 
 def bips3d_rows(
@@ -524,7 +682,8 @@ def bips3d_rows(
 
 def plot_sweeps(rows: Sequence[dict[str, Any]], sweeps: Sequence[TestbedSweep], path: Path) -> None:
     """Realized seconds per policy along each sweep (unordered dashed), and realized ÷
-    simulated, one column per sweep, like the bidding paper's figures."""
+    simulated, one column per sweep, like the bidding paper's figures; a point run with
+    several seeds shows their mean."""
     from ..plots import _finish, _pyplot, close
 
     plt = _pyplot()
@@ -532,17 +691,21 @@ def plot_sweeps(rows: Sequence[dict[str, Any]], sweeps: Sequence[TestbedSweep], 
     for j, sw in enumerate(sweeps):
         mine = [r for r in rows if r["sweep"] == sw.name]
         for i, p in enumerate(dict.fromkeys(r["policy"] for r in mine)):
-            pts = sorted((r["x"], r) for r in mine if r["policy"] == p)
-            xs = [x for x, _ in pts]
-            style = "--" if p == "unordered" else "-"
+            xs = sorted({r["x"] for r in mine if r["policy"] == p})
+
+            def mean(key: str, x: float, p: str = p, mine: list[dict[str, Any]] = mine) -> float:
+                v = [r.get(key, np.nan) for r in mine if r["policy"] == p and r["x"] == x]
+                return float(np.mean(v))
+
+            style = "--" if p.startswith("unordered") else "-"
             color = f"C{i % 10}"  # one colour per policy in both rows
-            axes[0][j].plot(
-                xs, [r["realized"] for _, r in pts], style, marker="o", label=p, color=color
-            )
-            if p != "unordered":
-                ratio = [r.get("realized_over_simulated", float("nan")) for _, r in pts]
-                axes[1][j].plot(xs, ratio, marker="o", label=p, color=color)
-        axes[0][j].set_title(sw.name)
+            realized = [mean("realized", x) for x in xs]
+            axes[0][j].plot(xs, realized, style, marker="o", label=p, color=color)
+            if p != "unordered-shared":
+                ratio = [mean("realized_over_simulated", x) for x in xs]
+                axes[1][j].plot(xs, ratio, style, marker="o", label=p, color=color)
+        seeds = f", mean of {len(sw.seeds)} seeds" if len(sw.seeds) > 1 else ""
+        axes[0][j].set_title(sw.name + seeds)
         axes[0][j].set_ylabel("realized seconds")
         axes[1][j].axhspan(0.8, 1.25, color="0.9")
         axes[1][j].set_ylabel("realized ÷ simulated")

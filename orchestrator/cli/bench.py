@@ -491,7 +491,7 @@ def bench_testbed(
     get_profile(profile)  # an unknown name is refused before anything is built
     policies = ("ecf", "ms-ecf", "rand") if quick else tbench.ORDERED
     sweeps = tbench.paper_sweeps(quick)
-    n_points = sum(len(s.xs) for s in sweeps)
+    n_points = sum(len(s.xs) * len(s.seeds) for s in sweeps)
     with progress() as prog:
         task = prog.add_task("testbed", total=n_points + 1)
         res = tbench.run(
@@ -507,19 +507,25 @@ def bench_testbed(
     for sw in sweeps:
         t = Table(title=f"{sw.name}: realized seconds (realized ÷ simulated)")
         t.add_column(sw.xlabel)
-        names = ["unordered", *policies]
+        names = ["unordered", "unordered-shared", *policies]
         for p in names:
             t.add_column(p)
         t.add_column("unordered ÷ best")
         for x in sw.xs:
-            at = {r["policy"]: r for r in res["sweeps"] if r["sweep"] == sw.name and r["x"] == x}
-            cells = []
-            for p in names:
-                r = at[p]
-                ratio = r.get("realized_over_simulated")
-                cells.append(f"{r['realized']:.2f}" + (f" ({ratio:.2f})" if ratio else ""))
-            best = min(at[p]["realized"] for p in policies)
-            t.add_row(f"{x:g}", *cells, f"{at['unordered']['realized'] / best:.2f}")
+            for seed in sw.seeds:
+                at = {
+                    r["policy"]: r
+                    for r in res["sweeps"]
+                    if r["sweep"] == sw.name and r["x"] == x and r["seed"] == seed
+                }
+                cells = []
+                for p in names:
+                    r = at[p]
+                    ratio = r.get("realized_over_simulated")
+                    cells.append(f"{r['realized']:.2f}" + (f" ({ratio:.2f})" if ratio else ""))
+                best = min(at[p]["realized"] for p in policies)
+                label = f"{x:g}" + (f" (seed {seed})" if len(sw.seeds) > 1 else "")
+                t.add_row(label, *cells, f"{at['unordered']['realized'] / best:.2f}")
         console.print(t)
     if res["bips3d"]:
         t = Table(title="BIPS3D dump on the testbed (ecf): realized seconds by assignment")
