@@ -275,6 +275,39 @@ def test_a_sweep_point_runs_for_real(state_dir: Path, tmp_path: Path) -> None:
     assert not list(tmp_path.glob("tb-*"))
 
 
+def test_clusterfile_heuristics_push_for_real(state_dir: Path, tmp_path: Path) -> None:
+    """Clients push their blocks in each heuristic's order to FCFS I/O workers (every byte
+    checked where it landed); the simulator's account of the same sends is beside it."""
+    from orchestrator.bench import clusterfile as cf
+    from orchestrator.bench import testbed as tbb
+
+    _needs_testbed()
+    with testbed.up("cluster2004", n_io=2, n_compute=2) as tb, tb.connect() as cl:
+        cal = tbb.Calibration(0.0, tb.profile.io_ingress, 0.0, {})
+        rows = cf.clusterfile_rows(cl, tmp_path, cal, blocks=(32 << 10,), per_client=256 << 10,
+                                   repeat=1)  # fmt: skip
+        trace: list[tuple[int, int, int, float, float]] = []
+        stg = cf.contiguous_stage(2, 2, 1 << 20, 1024, 64 << 10)
+        parts = tbb.place(cl, stg)
+        sends = cf.piece_sends(stg, 512 << 10, "first")
+        from orchestrator.bench.push import push_seconds
+
+        push_seconds(cl, stg, parts, tmp_path, sends, trace=trace)
+    by = {r["heuristic"]: r for r in rows}
+    assert set(by) == {"first", "random", "hash", "ecf (engine)"}
+    for h in cf.HEURISTICS:
+        assert by[h]["pieces"] == 2 * 256 // 32 and by[h]["realized"] > 0
+        assert by[h]["simulated"] >= by[h]["nbytes"] / 2 / tb.profile.io_ingress
+    # first-IOS with whole per-node blocks: both clients start at I/O node 0, so one waits
+    # there for the other (FCFS): its first send ends after the other's
+    firsts = sorted((e, c) for c, s, _, _, e in trace if s == 0)
+    assert len(trace) == 4 and {c for _, c in firsts} == {0, 1}
+    starts = {c: min(a for cc, _, _, a, _ in trace if cc == c) for c in (0, 1)}
+    assert max(starts.values()) < 0.5 * firsts[0][0]  # both asked at once
+    assert firsts[1][0] > 1.5 * firsts[0][0]  # served one after the other
+    assert not list(tmp_path.glob("tb-*"))
+
+
 def test_slurm_across_hosts_places_io_workers_on_io_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     """One slurmd per host: ``iorch slurm submit`` runs the dump across the testbed's
     nodes, its I/O workers on the I/O hosts and its compute workers on the others."""

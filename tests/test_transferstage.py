@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import TransferSet
+from orchestrator.bench import push
 from orchestrator.bench import testbed as tbb
 from orchestrator.bench.transferstage import transfer_stage
 from orchestrator.errors import InputError
@@ -108,7 +109,7 @@ def test_unordered_plan_is_fifo_service_of_each_clients_own_order(
 
     ts, row, stripe = case
     stg = transfer_stage(ts, row_bytes=row, stripe_bytes=stripe)
-    seqs = tbb.client_sequences(stg)
+    seqs = push.client_sequences(stg)
     d = stg.transfers
     for c, seq in enumerate(seqs):
         # every node the client writes to, once, led by the given workload's order
@@ -121,6 +122,6 @@ def test_unordered_plan_is_fifo_service_of_each_clients_own_order(
         for c, s, b in zip(d.client, d.ionode, d.nbytes, strict=True)
     }
     want = _fifo_oracle([[(s, load[(c, s)]) for s in seq] for c, seq in enumerate(seqs)])
-    got = tbb.unordered_plan(stg, cost)
+    got = push.unordered_plan(stg, cost)
     assert len(got.order) == len(d)  # whole transfers: nothing cut
     assert got.makespan == pytest.approx(want)

@@ -22,7 +22,6 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,10 +35,9 @@ from ..engine.cluster import IOCluster
 from ..engine.stage import write_stage
 from ..errors import InputError
 from ..files import remove_path
-from ..plan import Plan
-from ..policies.scheduling import schedule
 from ..transfers import TransferSet
 from ..workload import bidding_workload
+from .push import unordered_plan, unordered_seconds
 from .transferstage import TransferStage, contribution_of, transfer_stage
 
 __all__ = ["ORDERED", "TestbedSweep", "paper_sweeps", "run_point", "unordered_seconds"]
@@ -49,6 +47,9 @@ ORDERED = ("ecf", "ecf-ls", "auto", "ms-ecf", "ms-ml", "mwm", "rand")
 #: the workload's sizes, scaled: the paper's 32 MiB : 128 KiB large-to-small ratio of 256
 LARGE, SMALL, ROW = 256 << 10, 1 << 10, 1 << 10
 STRIPE = 64 << 10
+#: the Clusterfile benchmark's schedule blocks: a quarter stripe up to a client's whole
+#: share of an I/O node (2 MiB per client over 8 nodes)
+CLUSTERFILE_BLOCKS = (16 << 10, 64 << 10, 256 << 10)
 
 
 @dataclass(frozen=True)
@@ -320,219 +321,6 @@ def run_point(
     return rows
 
 
-def _fsync(path: str) -> None:
-    """On an I/O worker: make what it wrote durable (the engine's stage ends with a flush)."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _pwrite(path: str, offsets: list[tuple[int, int]], data: Any) -> int:
-    """On an I/O worker: write the runs of one transfer at their offsets."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        at = 0
-        for off, n in offsets:
-            os.pwrite(fd, memoryview(data)[at : at + n], off)
-            at += n
-    finally:
-        os.close(fd)
-    return at
-
-
-def _pull_write(path: str, offsets: list[tuple[int, int]], key: str) -> int:
-    """On an I/O worker: fetch one transfer's bytes from its client, then write them.
-
-    The fetch happens inside the task, on the worker's one thread (``get_client``
-    does not secede), so the I/O node receives one transfer at a time, in the
-    order the tasks reached it: FCFS service, as the papers' one-port I/O node.
-    Passing the future as an argument instead would let Dask fetch several
-    transfers' bytes at once, before any of them runs.
-    """
-    from distributed import Future, get_client
-
-    client = get_client()
-    fut: Any = Future(key, client=client)
-    # a future made from a key is not known to be wanted until the scheduler hears it
-    # (as the engine's I/O node does for cuts handed ahead)
-    client._send_to_scheduler({"op": "client-desires-keys", "keys": [key]})
-    data = client.gather(fut, direct=True)
-    return _pwrite(path, offsets, data)
-
-
-def _push(
-    contrib: Any,
-    sends: list[tuple[str, list[int], list[tuple[int, int]]]],
-    path: str,
-    fcfs: bool = True,
-) -> list[tuple[str, int, float, float]]:
-    """On a compute worker: send each transfer to its I/O worker and wait until it is written,
-    one at a time, in this client's own order (the unordered baseline). Returns each send's
-    I/O worker, bytes written, and wall-clock start and end (one clock: one machine).
-
-    With ``fcfs`` the I/O worker pulls the bytes when the transfer's turn comes
-    (:func:`_pull_write`); without, the client pushes them at once and every client
-    pushing to an I/O node shares its link (TCP's fair share, not a queue).
-    """
-    from distributed import get_worker, worker_client
-
-    rows = contrib.rows
-    me = get_worker().address
-    done = []
-    with worker_client() as wc:
-        for io, sel_rows, offsets in sends:
-            idx = np.searchsorted(rows, np.asarray(sel_rows, dtype=np.int64))
-            data = np.ascontiguousarray(contrib.values[idx]).view(np.uint8).ravel()
-            t0 = time.time()
-            if fcfs:
-                [fut] = wc.scatter([data], workers=[me], direct=True)
-                task = wc.submit(_pull_write, path, offsets, fut.key, workers=[io], pure=False)
-            else:
-                [fut] = wc.scatter([data], workers=[io], direct=True)
-                task = wc.submit(_pwrite, path, offsets, fut, workers=[io], pure=False)
-            n = task.result()
-            done.append((io, int(n), t0, time.time()))
-            fut.release()
-    return done
-
-
-def client_sequences(st: TransferStage) -> list[list[int]]:
-    """Each client's I/O nodes in the order unordered dispatch sends to them: as its
-    transfers first name them in the given workload (random, as the bidding workload's),
-    then any others the layout added.
-
-    Examples
-    --------
-    >>> from orchestrator import TransferSet
-    >>> st = transfer_stage(TransferSet([0, 0, 1], [1, 0, 0], [64, 64, 64]), 8, 64)
-    >>> client_sequences(st)
-    [[1, 0], [0]]
-    """
-    ts, given = st.transfers, st.given
-    out = []
-    for c in range(ts.n_clients):
-        mine = given.ionode[given.client == c].tolist() if given is not None else []
-        has = set(ts.ionode[ts.client == c].tolist())
-        out.append([s for s in dict.fromkeys([*mine, *range(ts.n_ionodes)]) if s in has])
-    return out
-
-
-def unordered_plan(st: TransferStage, cost: CostModel) -> Plan:
-    """The simulator's unordered dispatch of ``st``: each client's transfers, whole, in
-    :func:`client_sequences` order, against FCFS I/O nodes (``first-ios`` on whole
-    transfers), under ``cost``.
-
-    Examples
-    --------
-    >>> from orchestrator import TransferSet
-    >>> st = transfer_stage(TransferSet([0, 0, 1, 1], [0, 1, 0, 1], [64] * 4), 8, 64)
-    >>> unordered_plan(st, CostModel(64.0, 64.0)).makespan  # both start at node 0
-    3.0
-    >>> schedule(st.transfers, "ecf", cost=CostModel(64.0, 64.0)).makespan
-    2.0
-    """
-    ts = st.transfers
-    rank = np.empty(len(ts), dtype=np.int64)
-    for c, seq in enumerate(client_sequences(st)):
-        at = {s: k for k, s in enumerate(seq)}
-        idx = np.flatnonzero(ts.client == c)
-        rank[idx] = [at[int(s)] for s in ts.ionode[idx]]
-    perm = np.lexsort((rank, ts.client))
-    mine = TransferSet(
-        ts.client[perm], ts.ionode[perm], ts.nbytes[perm], ts.n_clients, ts.n_ionodes
-    )
-    return schedule(mine, "first-ios", cost=cost, block_size=int(ts.nbytes.max()))
-
-
-def unordered_seconds(
-    cluster: IOCluster,
-    st: TransferStage,
-    parts: list[Any],
-    directory: Path,
-    trace: list[tuple[int, int, int, float, float]] | None = None,
-    fcfs: bool = True,
-) -> float:
-    """Unordered dispatch of ``st``: wall seconds until every client's sends are written.
-
-    Clients send their transfers (each in its own order: the I/O nodes as its
-    workload names them) one at a time, each waiting for its write. With
-    ``fcfs`` (the papers' baseline) an I/O node serves one transfer at a time in
-    the order they reach it; without, clients push at once and share the I/O
-    node's link (what plain concurrent writers over TCP get). The file is a
-    plain one of the dataset's bytes.
-    ``trace``, if given, receives each send as (client, I/O node, bytes, start,
-    end), seconds from the dispatch's start: the realized Gantt chart.
-    """
-    from distributed import wait
-
-    path = directory / "tb-unordered.bin"
-    with open(path, "wb") as f:
-        f.truncate(st.spec.nbytes)
-    n = st.transfers.n_ionodes
-    per_stripe = st.stripe_bytes // st.spec.row_bytes
-    jobs = []
-    by_client = {int(c): i for i, c in enumerate(r for r in range(len(st.rows)) if st.rows[r].size)}
-    sequences = client_sequences(st)
-    for c, rows in enumerate(st.rows):
-        if not rows.size:
-            continue
-        node = (rows // per_stripe) % n
-        sends = []
-        for s in sequences[c]:
-            sel = rows[node == s]
-            if not sel.size:
-                continue
-            brk = np.flatnonzero(np.diff(sel) != 1) + 1
-            runs = [
-                (int(r[0]) * st.spec.row_bytes, int(r.size) * st.spec.row_bytes)
-                for r in np.split(sel, brk)
-            ]
-            sends.append((cluster.ionodes[s], sel.tolist(), runs))
-        jobs.append((c, sends))
-    t0 = time.perf_counter()
-    futs = [
-        cluster.client.submit(
-            _push,
-            parts[by_client[c]],
-            sends,
-            str(path),
-            fcfs,
-            workers=[cluster.compute_worker(c)],
-            pure=False,
-        )
-        for c, sends in jobs
-    ]
-    wait(futs)
-    # durable, as the engine's stage is at its end: each I/O node flushes what it wrote
-    wait(
-        [
-            cluster.client.submit(_fsync, str(path), workers=[io], pure=False)
-            for io in cluster.ionodes
-        ]
-    )
-    seconds = time.perf_counter() - t0
-    pushed: list[list[tuple[str, int, float, float]]] = [f.result() for f in futs]
-    done = sum(n for one in pushed for _, n, _, _ in one)
-    if trace is not None:
-        first = min(t for one in pushed for _, _, t, _ in one)
-        index = {w: k for k, w in enumerate(cluster.ionodes)}
-        for (c, _), one in zip(jobs, pushed, strict=True):
-            trace.extend((c, index[io], n, a - first, b - first) for io, n, a, b in one)
-    try:
-        if done != st.spec.row_bytes * sum(r.size for r in st.rows):
-            raise RuntimeError(f"unordered dispatch wrote {done} bytes of {st.nbytes}")
-        # every value is its row's id: a byte sent to the wrong place shows
-        got = np.fromfile(path, dtype=np.float64).reshape(st.spec.shape)
-        every = np.concatenate(st.rows)
-        if not (got[every] == every[:, None]).all():
-            raise RuntimeError("unordered dispatch wrote rows at the wrong offsets")
-    finally:
-        remove_path(path)
-    return seconds
-
-
 def build(sweep: TestbedSweep, x: float, n_clients: int, seed: int = 0) -> TransferStage:
     """The stage of one sweep point."""
     return transfer_stage(sweep.transfers(x, n_clients, seed), row_bytes=ROW, stripe_bytes=STRIPE)
@@ -714,6 +502,31 @@ def plot_sweeps(rows: Sequence[dict[str, Any]], sweeps: Sequence[TestbedSweep], 
     close(_finish(fig, path))
 
 
+def plot_clusterfile(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Realized (solid) and simulated (dotted) seconds of each Clusterfile heuristic by
+    schedule block, the engine's ECF plan of the same stage as a line: the paper's Fig. 2
+    as time rather than throughput."""
+    from ..plots import _finish, _pyplot, close
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, h in enumerate(r["heuristic"] for r in rows if r["block"] == rows[0]["block"]):
+        pts = sorted((r["block"] >> 10, r) for r in rows if r["heuristic"] == h)
+        xs = [x for x, _ in pts]
+        ax.plot(xs, [r["realized"] for _, r in pts], "-o", color=f"C{i}", label=f"{h}-IOS")
+        ax.plot(xs, [r["simulated"] for _, r in pts], ":", color=f"C{i}")
+    for r in rows:
+        if r["block"] == 0:
+            ax.axhline(r["realized"], color="k", lw=1, label=r["heuristic"])
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("schedule block (KiB)")
+    ax.set_ylabel("seconds (dotted: simulated)")
+    n_c, n_io = rows[0]["n_clients"], rows[0]["n_ionodes"]
+    ax.set_title(f"Clusterfile heuristics, {n_c} clients : {n_io} I/O nodes")
+    ax.legend(fontsize=7)
+    close(_finish(fig, path))
+
+
 def run(
     profile: str,
     out: Path,
@@ -722,13 +535,16 @@ def run(
     n_compute: int = 16,
     repeat: int = 2,
     bips3d_parts: Sequence[int] = (8, 64),
+    clusterfile_blocks: Sequence[int] = CLUSTERFILE_BLOCKS,
     advance: Any = lambda msg: None,
 ) -> dict[str, Any]:
     """Every sweep on its own testbed (one per distinct I/O node count), calibrated first;
-    then the BIPS3D dump. Writes ``results.json`` and ``testbed-sweeps.png`` in ``out``."""
+    then the BIPS3D dump, and the Clusterfile heuristics on the largest testbed. Writes
+    ``results.json``, ``testbed-sweeps.png`` and ``testbed-clusterfile.png`` in ``out``."""
     import json
 
     from .. import testbed
+    from .clusterfile import clusterfile_rows
 
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
@@ -748,6 +564,7 @@ def run(
     rows: list[dict[str, Any]] = []
     calibrations: dict[str, Any] = {}
     mesh_rows: list[dict[str, Any]] = []
+    cf_rows: list[dict[str, Any]] = []
     t_up: list[float] = []
     for n_io, todo in sorted(plan.items()):
         t0 = time.perf_counter()
@@ -762,6 +579,16 @@ def run(
                 if bips3d_parts and n_io == mesh_io:
                     advance("BIPS3D dump")
                     mesh_rows = bips3d_rows(cl, work, bips3d_parts, repeat=repeat, calibration=cal)
+                if clusterfile_blocks and n_io == max(plan):
+                    cf_rows = clusterfile_rows(
+                        cl,
+                        work,
+                        cal,
+                        blocks=clusterfile_blocks,
+                        n_clients=min(n_io, n_compute),
+                        repeat=repeat,
+                        advance=advance,
+                    )
     results = {
         "profile": profile,
         "preset": dataclasses.asdict(testbed.get_profile(profile).cost_model()),
@@ -771,8 +598,11 @@ def run(
         "calibrations": calibrations,
         "sweeps": rows,
         "bips3d": mesh_rows,
+        "clusterfile": cf_rows,
     }
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     plot_sweeps(rows, sweeps, out / "testbed-sweeps.png")
+    if cf_rows:
+        plot_clusterfile(cf_rows, out / "testbed-clusterfile.png")
     remove_path(work)
     return results

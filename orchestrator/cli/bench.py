@@ -491,7 +491,8 @@ def bench_testbed(
     get_profile(profile)  # an unknown name is refused before anything is built
     policies = ("ecf", "ms-ecf", "rand") if quick else tbench.ORDERED
     sweeps = tbench.paper_sweeps(quick)
-    n_points = sum(len(s.xs) * len(s.seeds) for s in sweeps)
+    blocks = (tbench.STRIPE,) if quick else tbench.CLUSTERFILE_BLOCKS
+    n_points = sum(len(s.xs) * len(s.seeds) for s in sweeps) + 3 * len(blocks)
     with progress() as prog:
         task = prog.add_task("testbed", total=n_points + 1)
         res = tbench.run(
@@ -502,6 +503,7 @@ def bench_testbed(
             n_compute=compute,
             repeat=1 if quick else repeat,
             bips3d_parts=(8,) if quick else (8, 64),
+            clusterfile_blocks=blocks,
             advance=lambda m: prog.update(task, advance=1, description=m),
         )
     for sw in sweeps:
@@ -541,6 +543,27 @@ def bench_testbed(
                 f"{r['simulated']:.2f}",
                 f"{r['realized'] / idg[r['parts']]:.2f}",
             )
+        console.print(t)
+    if res["clusterfile"]:
+        first = res["clusterfile"][0]
+        t = Table(
+            title=f"Clusterfile heuristics ({first['n_clients']} clients : "
+            f"{first['n_ionodes']} I/O nodes): realized seconds (realized ÷ simulated)"
+        )
+        t.add_column("block")
+        names = list(dict.fromkeys(r["heuristic"] for r in res["clusterfile"] if r["block"]))
+        for h in names:
+            t.add_column(f"{h}-IOS")
+        t.add_column("first ÷ hash")
+        eng = next(r for r in res["clusterfile"] if not r["block"])
+        for b in dict.fromkeys(r["block"] for r in res["clusterfile"] if r["block"]):
+            at = {r["heuristic"]: r for r in res["clusterfile"] if r["block"] == b}
+            cells = [
+                f"{at[h]['realized']:.2f} ({at[h]['realized_over_simulated']:.2f})" for h in names
+            ]
+            ratio = at["first"]["realized"] / at["hash"]["realized"]
+            t.add_row(f"{b >> 10} KiB", *cells, f"{ratio:.2f}")
+        t.add_row(eng["heuristic"], f"{eng['realized']:.2f}", *[""] * len(names))
         console.print(t)
     cal = res["calibrations"]
     err.print(
