@@ -124,8 +124,27 @@ def test_first_ios_convoys_and_hash_ios_does_not() -> None:
 def test_bad_stage_arguments_are_named(kw: dict[str, int], field: str) -> None:
     args = {"n_clients": 2, "n_ionodes": 2, "per_client": 4096, "row_bytes": 1024}
     args |= {"stripe_bytes": 1024, **kw}
-    with pytest.raises(InputError, match=field):
+    with pytest.raises(InputError, match=f"^{field} must be"):
         cf.contiguous_stage(**args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.sampled_from([1, 2, 4]))
+def test_the_papers_orders_on_a_whole_number_of_stripe_rounds(
+    n_c: int, n_io: int, rounds: int, per_stripe: int
+) -> None:
+    """Each client's share a whole number of stripe rounds, blocks of a stripe or less:
+    hash-IOS sends block j to node (c + j) mod n (the paper's rule, no skipping needed), and
+    first-IOS sends in file order, every client starting at node 0."""
+    row, stripe = 64, 64 * 4
+    block = stripe // per_stripe
+    stg = cf.contiguous_stage(n_c, n_io, rounds * n_io * stripe, row, stripe)
+    total = rounds * n_io * per_stripe  # blocks per client
+    for c, mine in enumerate(cf.piece_sends(stg, block, "hash")):
+        # every node gets the same number of blocks, so the cycle never has to skip
+        assert [s for s, _ in mine] == [(c + j) % n_io for j in range(total)]
+    for mine in cf.piece_sends(stg, block, "first"):
+        assert [s for s, _ in mine] == [j // per_stripe % n_io for j in range(total)]
 
 
 def test_bad_heuristic_and_block_are_named() -> None:
@@ -134,3 +153,9 @@ def test_bad_heuristic_and_block_are_named() -> None:
         cf.piece_sends(stg, 1024, "fifo")
     with pytest.raises(InputError, match=r"block.*1000"):
         cf.piece_sends(stg, 1000, "first")
+    with pytest.raises(InputError, match=r"block.*1024\.0"):
+        cf.piece_sends(stg, 1024.0, "first")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"seed.*-1"):
+        cf.piece_sends(stg, 1024, "random", seed=-1)
+    with pytest.raises(InputError, match="sends"):
+        cf.pieces_plan(stg, [[], []], CostModel(1.0, 1.0))

@@ -283,7 +283,10 @@ def test_clusterfile_heuristics_push_for_real(state_dir: Path, tmp_path: Path) -
 
     _needs_testbed()
     with testbed.up("cluster2004", n_io=2, n_compute=2) as tb, tb.connect() as cl:
-        cal = tbb.Calibration(0.0, tb.profile.io_ingress, 0.0, {})
+        from orchestrator.bench.push import push_overhead
+
+        push_unit = push_overhead(cl, tmp_path, repeats=1)
+        cal = tbb.Calibration(0.0, tb.profile.io_ingress, 0.0, {}, push_unit=push_unit)
         rows = cf.clusterfile_rows(cl, tmp_path, cal, blocks=(32 << 10,), per_client=256 << 10,
                                    repeat=1)  # fmt: skip
         trace: list[tuple[int, int, int, float, float]] = []
@@ -297,14 +300,21 @@ def test_clusterfile_heuristics_push_for_real(state_dir: Path, tmp_path: Path) -
     assert set(by) == {"first", "random", "hash", "ecf (engine)"}
     for h in cf.HEURISTICS:
         assert by[h]["pieces"] == 2 * 256 // 32 and by[h]["realized"] > 0
-        assert by[h]["simulated"] >= by[h]["nbytes"] / 2 / tb.profile.io_ingress
+        # simulated: the same blocks served FCFS under the pushes' calibration
+        stg8 = cf.contiguous_stage(2, 2, 256 << 10, 1024, 64 << 10)
+        sends8 = cf.piece_sends(stg8, 32 << 10, h, seed=0)
+        want = cal.pushes().predict(cf.pieces_plan(stg8, sends8, cal.pushes().model))
+        assert by[h]["simulated"] == pytest.approx(want)
+    # a pushed piece pays its own round trips through Dask: 16 pieces cost more than one
+    assert push_unit > 0
     # first-IOS with whole per-node blocks: both clients start at I/O node 0, so one waits
     # there for the other (FCFS): its first send ends after the other's
     firsts = sorted((e, c) for c, s, _, _, e in trace if s == 0)
     assert len(trace) == 4 and {c for _, c in firsts} == {0, 1}
     starts = {c: min(a for cc, _, _, a, _ in trace if cc == c) for c in (0, 1)}
     assert max(starts.values()) < 0.5 * firsts[0][0]  # both asked at once
-    assert firsts[1][0] > 1.5 * firsts[0][0]  # served one after the other
+    # served one after the other: the second waits at least most of the first's bytes
+    assert firsts[1][0] - firsts[0][0] > 0.6 * (512 << 10) / tb.profile.io_ingress
     assert not list(tmp_path.glob("tb-*"))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -72,8 +74,9 @@ def test_sweeps_scale_the_papers() -> None:
     for quick in (False, True):
         for sw in tbb.paper_sweeps(quick):
             for x in sw.xs:
-                ts = sw.transfers(x, 16)
-                assert ts.n_ionodes == sw.n_ionodes(x) and ts.n_clients == 16
+                n = sw.n_clients or 16
+                ts = sw.transfers(x, n)
+                assert ts.n_ionodes == sw.n_ionodes(x) and ts.n_clients == n
                 assert ts.nbytes.max() <= (256 << 10) * 1.05
 
 
@@ -125,3 +128,6 @@ def test_unordered_plan_is_fifo_service_of_each_clients_own_order(
     got = push.unordered_plan(stg, cost)
     assert len(got.order) == len(d)  # whole transfers: nothing cut
     assert got.makespan == pytest.approx(want)
+    # whole transfers pay no piece overhead, whatever the model charges for pieces
+    heavy = dataclasses.replace(cost, piece_overhead=5.0)
+    assert push.unordered_plan(stg, heavy).makespan == pytest.approx(want)

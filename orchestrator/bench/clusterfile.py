@@ -1,10 +1,11 @@
 """The Clusterfile paper's write heuristics, pushed for real on the testbed.
 
-Isaila et al. (sec. 5, 7.1): every compute node writes its own contiguous
+Isaila et al. (sec. 6, 7.1): every compute node writes its own contiguous
 region of one file striped round-robin over the I/O nodes, sending it in
 *schedule blocks* of ``b`` bytes, one block at a time, in an order it picks
-by itself — *first-IOS* (file offset order: every client starts at the same
-I/O node), *random-IOS* (a random I/O node that still has blocks of it) or
+by itself — *first-IOS* (file offset order: when each client's share is a
+multiple of a stripe round, every client starts at the same I/O node),
+*random-IOS* (a random I/O node that still has blocks of it) or
 *hash-IOS* (client ``i`` at step ``j`` sends to node ``(i + j) mod n``). Their
 Fig. 2: first-IOS loses more the larger ``b`` (the convoy at the first I/O
 node lasts a whole block per client), hash-IOS stays best.
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..checks import is_int
 from ..contributions import DatasetSpec
 from ..cost import CostModel
 from ..engine.cluster import IOCluster
@@ -61,10 +63,18 @@ def contiguous_stage(
     >>> [r.tolist() for r in st.rows], st.transfers.n_ionodes
     ([[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15]], 4)
     """
-    if row_bytes < 8 or row_bytes % 8 or stripe_bytes % row_bytes or per_client % row_bytes:
+    for name, v in (("n_clients", n_clients), ("n_ionodes", n_ionodes)):
+        if not is_int(v, 1, 1 << 20):
+            raise InputError(f"{name} must be a whole number >= 1, got {v!r}")
+    if not is_int(row_bytes, 8, 1 << 30) or row_bytes % 8:
+        raise InputError(f"row_bytes must be a positive multiple of 8, got {row_bytes!r}")
+    if not is_int(stripe_bytes, 1, 1 << 40) or stripe_bytes % row_bytes:
         raise InputError(
-            f"row_bytes must be a multiple of 8 dividing stripe_bytes and per_client, got "
-            f"row_bytes={row_bytes}, stripe_bytes={stripe_bytes}, per_client={per_client}"
+            f"stripe_bytes must be a multiple of row_bytes={row_bytes}, got {stripe_bytes!r}"
+        )
+    if not is_int(per_client, 1, 1 << 40) or per_client % row_bytes:
+        raise InputError(
+            f"per_client must be a multiple of row_bytes={row_bytes}, got {per_client!r}"
         )
     k = per_client // row_bytes
     spec = DatasetSpec("contiguous", (n_clients * k, row_bytes // 8), "float64")
@@ -96,8 +106,10 @@ def piece_sends(
     if heuristic not in HEURISTICS:
         raise InputError(f"heuristic must be one of {', '.join(HEURISTICS)}, got {heuristic!r}")
     rb = st.spec.row_bytes
-    if block < rb or block % rb:
-        raise InputError(f"block must be a positive multiple of row_bytes={rb}, got {block}")
+    if not is_int(block, rb, 1 << 40) or block % rb:
+        raise InputError(f"block must be a positive multiple of row_bytes={rb}, got {block!r}")
+    if not is_int(seed, 0, 1 << 63):
+        raise InputError(f"seed must be a whole number >= 0, got {seed!r}")
     per_stripe = st.stripe_bytes // rb
     n = st.transfers.n_ionodes
     out = []
@@ -144,6 +156,8 @@ def pieces_plan(
     3.0
     """
     rb = st.spec.row_bytes
+    if not any(len(m) for m in sends):
+        raise InputError("sends must hold at least one block, got none")
     c, s, b = zip(
         *((ci, si, rows.size * rb) for ci, mine in enumerate(sends) for si, rows in mine),
         strict=True,
@@ -169,46 +183,75 @@ def clusterfile_rows(
     schedule block and heuristic the realized seconds (median of ``repeat``) beside the
     simulated, and the engine's ECF plan of the same stage.
 
-    ``calibration`` is the testbed's :class:`~.testbed.Calibration`.
+    ``calibration`` is the testbed's :class:`~.testbed.Calibration`; the pushes are
+    simulated under :meth:`~.testbed.Calibration.pushes`. Each repeat runs every
+    heuristic and the engine once, one after the other (drift spreads over all), and
+    random-IOS draws anew (seed = repeat): its row is the median over the draws, its
+    simulated time their mean.
+
+    Examples
+    --------
+    >>> rows = clusterfile_rows(cluster, tmp, calibration)  # doctest: +SKIP
+    >>> {r["heuristic"] for r in rows}  # doctest: +SKIP
+    {'first', 'random', 'hash', 'ecf (engine)'}
     """
     from .testbed import place, run_point
 
     n_io = cluster.n_ionodes
-    n_c = n_clients or n_io
+    if n_clients is not None and not is_int(n_clients, 1, 1 << 20):
+        raise InputError(f"n_clients must be a whole number >= 1, got {n_clients!r}")
+    n_c = n_io if n_clients is None else n_clients
     if n_c > len(cluster.compute):
-        raise InputError(f"n_clients={n_c} needs as many compute hosts, the testbed has fewer")
+        raise InputError(
+            f"n_clients={n_c} needs as many compute hosts, the testbed has {len(cluster.compute)}"
+        )
+    if not is_int(repeat, 1, 1000):
+        raise InputError(f"repeat must be a whole number in [1, 1000), got {repeat!r}")
     st = contiguous_stage(n_c, n_io, per_client, row_bytes, stripe_bytes)
-    parts = place(cluster, st)
+    for b in blocks:  # refused before anything runs
+        piece_sends(st, b, "first")
+    pushes = calibration.pushes()
     base = {"n_clients": n_c, "n_ionodes": n_io, "nbytes": st.nbytes}
-    rows = []
+    got: dict[tuple[int, str], list[float]] = {}
+    sims: dict[tuple[int, str], list[float]] = {}
+    pieces: dict[tuple[int, str], int] = {}
+    eng: list[dict[str, Any]] = []
+    parts = place(cluster, st)
     try:
         run_point(cluster, st, parts, ["ecf"], None, directory)  # warm-up
-        eng = [
-            run_point(cluster, st, parts, ["ecf"], calibration, directory)[0] for _ in range(repeat)
-        ]
-        for b in blocks:
-            for h in HEURISTICS:
-                sends = piece_sends(st, b, h)
-                sim = calibration.predict(pieces_plan(st, sends, calibration.model))
-                push_seconds(cluster, st, parts, directory, sends)  # warm-up
-                got = [push_seconds(cluster, st, parts, directory, sends) for _ in range(repeat)]
-                med = sorted(got)[(len(got) - 1) // 2]
-                rows.append(
-                    {
-                        **base,
-                        "block": b,
-                        "heuristic": h,
-                        "pieces": sum(len(m) for m in sends),
-                        "realized": med,
-                        "all_realized": got,
-                        "simulated": sim,
-                        "realized_over_simulated": med / sim,
-                    }
-                )
-                advance(f"clusterfile {h}-IOS b={b >> 10} KiB")
+        push_seconds(cluster, st, parts, directory, piece_sends(st, blocks[0], "hash"))
+        for r in range(repeat):
+            eng += run_point(cluster, st, parts, ["ecf"], calibration, directory)
+            for b in blocks:
+                for h in HEURISTICS:
+                    sends = piece_sends(st, b, h, seed=r)
+                    pieces[(b, h)] = sum(len(m) for m in sends)
+                    sims.setdefault((b, h), []).append(
+                        pushes.predict(pieces_plan(st, sends, pushes.model))
+                    )
+                    got.setdefault((b, h), []).append(
+                        push_seconds(cluster, st, parts, directory, sends)
+                    )
+            advance(f"clusterfile, repeat {r + 1} of {repeat}")
     finally:
         for p in parts:
             p.release()
+    rows = []
+    for (b, h), v in got.items():
+        med = sorted(v)[(len(v) - 1) // 2]
+        sim = float(np.mean(sims[(b, h)]))
+        rows.append(
+            {
+                **base,
+                "block": b,
+                "heuristic": h,
+                "pieces": pieces[(b, h)],
+                "realized": med,
+                "all_realized": v,
+                "simulated": sim,
+                "realized_over_simulated": med / sim,
+            }
+        )
     e = sorted(eng, key=lambda r: r["realized"])[(len(eng) - 1) // 2]
     rows.append({**base, "block": 0, "heuristic": "ecf (engine)", **e})
     return rows

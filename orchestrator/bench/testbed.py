@@ -33,11 +33,12 @@ import numpy as np
 from ..cost import CostModel
 from ..engine.cluster import IOCluster
 from ..engine.stage import write_stage
+from ..checks import is_int
 from ..errors import InputError
 from ..files import remove_path
 from ..transfers import TransferSet
 from ..workload import bidding_workload
-from .push import unordered_plan, unordered_seconds
+from .push import push_overhead, unordered_plan, unordered_seconds
 from .transferstage import TransferStage, contribution_of, transfer_stage
 
 __all__ = ["ORDERED", "TestbedSweep", "paper_sweeps", "run_point", "unordered_seconds"]
@@ -189,12 +190,27 @@ def place(cluster: IOCluster, st: TransferStage) -> list[Any]:
 class Calibration:
     """What a stage costs on this testbed, measured: ``overhead`` seconds per stage (handing
     the programs to the I/O workers, the final flush), then per I/O node ``rate`` bytes/s and
-    ``per_unit`` seconds per transfer. ``model`` is the cost model that plans with it."""
+    ``per_unit`` seconds per transfer. ``model`` is the cost model that plans with it.
+    ``push_unit``: what a piece a client pushes itself costs beyond its bytes (its own
+    round trips through Dask, one piece at a time: :func:`~.push.push_overhead`)."""
 
     overhead: float
     rate: float
     per_unit: float
     samples: dict[str, float]
+    push_unit: float | None = None
+
+    def pushes(self) -> Calibration:
+        """The calibration of clients' own pushes: ``per_unit`` is ``push_unit`` (if measured).
+
+        Examples
+        --------
+        >>> Calibration(0.1, 2e6, 0.01, {}, push_unit=0.03).pushes().per_unit
+        0.03
+        """
+        if self.push_unit is None:
+            return self
+        return dataclasses.replace(self, per_unit=self.push_unit)
 
     @property
     def model(self) -> CostModel:
@@ -266,7 +282,8 @@ def calibrate(
     rate = per_node / max(seconds["2B"] - seconds["B"], 1e-6)
     per_unit = max(0.0, (seconds["B/many"] - seconds["B"]) / (many - 1))
     overhead = max(0.0, seconds["B"] - per_node / rate - per_unit)
-    return Calibration(overhead, rate, per_unit, seconds)
+    push_unit = push_overhead(cluster, directory, repeats=repeats)
+    return Calibration(overhead, rate, per_unit, seconds, push_unit)
 
 
 def run_point(
@@ -341,7 +358,15 @@ def sweep_rows(
     each policy (median of ``repeat``), unordered dispatch with FCFS I/O nodes
     (``unordered``, with the simulator's prediction for it) and with clients sharing the
     I/O nodes' links (``unordered-shared``), all with the same contributions, after an
-    untimed warm-up of each."""
+    untimed warm-up of each.
+
+    Examples
+    --------
+    >>> sw = paper_sweeps(quick=True)[1]
+    >>> rows = sweep_rows(cluster, sw, sw.xs, ["ecf"], calibration, tmp)  # doctest: +SKIP
+    >>> sorted({r["policy"] for r in rows})  # doctest: +SKIP
+    ['ecf', 'unordered', 'unordered-shared']
+    """
     n_clients = sweep.n_clients or len(cluster.compute)
     if n_clients > len(cluster.compute):
         raise InputError(
@@ -400,7 +425,8 @@ def _point_rows(
     rows = []
     # the same statistic for every row: the middle run (the lower one of two)
     mid = {k: sorted(v)[(len(v) - 1) // 2] for k, v in unordered.items()}
-    sim = calibration.predict(unordered_plan(st, calibration.model))
+    pushes = calibration.pushes()
+    sim = pushes.predict(unordered_plan(st, pushes.model))
     for name, v in unordered.items():
         row = {**base, "policy": name, "realized": mid[name], "all_realized": v}
         if name == "unordered":  # the simulator's one-port FIFO I/O nodes are this one's
@@ -414,6 +440,8 @@ def _point_rows(
                 **med,
                 "all_realized": [r["realized"] for r in rs],
                 "unordered_over_realized": mid["unordered"] / med["realized"],
+                # the engine's whole stage (planning, programs, commit) against the baseline
+                "unordered_over_stage": mid["unordered"] / med["stage_seconds"],
             }
         )
     return rows
@@ -505,7 +533,12 @@ def plot_sweeps(rows: Sequence[dict[str, Any]], sweeps: Sequence[TestbedSweep], 
 def plot_clusterfile(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """Realized (solid) and simulated (dotted) seconds of each Clusterfile heuristic by
     schedule block, the engine's ECF plan of the same stage as a line: the paper's Fig. 2
-    as time rather than throughput."""
+    as time rather than throughput.
+
+    Examples
+    --------
+    >>> plot_clusterfile(results["clusterfile"], out / "testbed-clusterfile.png")  # doctest: +SKIP
+    """
     from ..plots import _finish, _pyplot, close
 
     plt = _pyplot()
@@ -546,6 +579,12 @@ def run(
     from .. import testbed
     from .clusterfile import clusterfile_rows
 
+    need = max((sw.n_clients or 0) for sw in paper_sweeps(quick))
+    if not is_int(n_compute, max(2, need), 251):
+        raise InputError(
+            f"n_compute must be a whole number >= {max(2, need)} (the busy-1:1 sweep's "
+            f"clients), got {n_compute!r}"
+        )
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
     work.mkdir(exist_ok=True)
