@@ -3,6 +3,7 @@ exactly once, termination never declared early, and always declared in the end."
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 
@@ -92,7 +93,8 @@ def walks(draw: st.DrawFn) -> tuple[dict[int, list[int]], list[Walker], random.R
 @given(walks())
 def test_every_item_once_and_termination_neither_early_nor_never(case) -> None:
     tree, ws, rng, speed = case
-    seen, _ = run(tree, ws, rng, speed, limit=400_000)
+    # a smaller limit (IORCH_WALK_LIMIT) makes a hang show fast when checking mutants
+    seen, _ = run(tree, ws, rng, speed, limit=int(os.environ.get("IORCH_WALK_LIMIT", "400000")))
     assert seen == Counter(range(len(tree)))  # every item, each once
     assert all(w.done for w in ws)
     assert all(not w.queue for w in ws)
@@ -183,3 +185,15 @@ def test_proximity_vector_local_first_but_the_hosts_first_rank_asks_remote() -> 
 def test_bad_arguments_are_named(kw: dict, field: str) -> None:
     with pytest.raises(InputError, match=field):
         Walker(**kw)
+
+
+def test_a_random_split_keeps_at_least_one_item() -> None:
+    for seed in range(50):
+        w = Walker(0, 3, split="random", seed=seed)
+        w.put(list(range(5)))
+        w.receive(Message("request", 1, 0))
+        w.receive(Message("request", 2, 0))
+        out = w.step()
+        given = sum(len(m.items) for m in out)
+        assert 1 <= given <= 4 and len(w.queue) == 5 - given
+        assert out[0].kind == "work"  # the first asker always gets a share
