@@ -42,8 +42,9 @@ from ..errors import InputError
 from ..layout import StripeLayout, derive_transfers
 from ..plan import Plan
 from ..transfers import TransferSet
+from .calibration import run_point
 from .push import push_seconds, sequence_plan
-from .transferstage import TransferStage
+from .transferstage import TransferStage, place
 
 __all__ = ["HEURISTICS", "clusterfile_rows", "contiguous_stage", "piece_sends", "pieces_plan"]
 
@@ -183,8 +184,8 @@ def clusterfile_rows(
     schedule block and heuristic the realized seconds (median of ``repeat``) beside the
     simulated, and the engine's ECF plan of the same stage.
 
-    ``calibration`` is the testbed's :class:`~.testbed.Calibration`; the pushes are
-    simulated under :meth:`~.testbed.Calibration.pushes`. Each repeat runs every
+    ``calibration`` is the testbed's :class:`~.calibration.Calibration`; the pushes are
+    simulated under :meth:`~.calibration.Calibration.pushes`. Each repeat runs every
     heuristic and the engine once, one after the other (drift spreads over all), and
     random-IOS draws anew (seed = repeat): its row is the median over the draws, its
     simulated time their mean.
@@ -195,8 +196,6 @@ def clusterfile_rows(
     >>> {r["heuristic"] for r in rows}  # doctest: +SKIP
     {'first', 'random', 'hash', 'ecf (engine)'}
     """
-    from .testbed import place, run_point
-
     n_io = cluster.n_ionodes
     if n_clients is not None and not is_int(n_clients, 1, 1 << 20):
         raise InputError(f"n_clients must be a whole number >= 1, got {n_clients!r}")

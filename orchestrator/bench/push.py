@@ -38,7 +38,7 @@ from ..files import remove_path
 from ..plan import Plan
 from ..policies.scheduling import schedule
 from ..transfers import TransferSet
-from .transferstage import TransferStage, transfer_stage
+from .transferstage import TransferStage, place, transfer_stage
 
 __all__ = [
     "client_sequences",
@@ -215,8 +215,6 @@ def push_overhead(
     >>> push_overhead(cluster, tmp)  # doctest: +SKIP
     0.021
     """
-    from .testbed import place
-
     if not is_int(pieces, 2, 1 << 20) or not is_int(piece, 8, 1 << 30) or piece % 8:
         raise InputError(
             f"pieces must be >= 2 and piece a multiple of 8, got pieces={pieces!r}, piece={piece!r}"
@@ -276,7 +274,7 @@ def push_seconds(
     """Clients push ``sends`` (per client, in order) to the I/O workers; wall seconds until
     every piece is written and each I/O node has flushed (as the engine's stage ends).
 
-    ``parts`` are the clients' contributions (:func:`~.testbed.place`: client ``c``'s on
+    ``parts`` are the clients' contributions (:func:`~.transferstage.place`: client ``c``'s on
     compute worker ``c``); the file is a plain one of the dataset's bytes, checked
     byte for byte afterwards and removed. ``fcfs``: see the module. ``trace``, if
     given, receives each send as (client, I/O node, bytes, start, end), seconds from

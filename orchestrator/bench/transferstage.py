@@ -27,11 +27,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..contributions import Contribution, DatasetSpec
+from ..engine.cluster import IOCluster
 from ..errors import InputError
 from ..layout import StripeLayout, derive_transfers
 from ..transfers import TransferSet
 
-__all__ = ["TransferStage", "contribution_of", "transfer_stage"]
+__all__ = ["TransferStage", "contribution_of", "place", "transfer_stage"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,3 +112,25 @@ def contribution_of(client: int, rows: npt.NDArray[np.int64], width: int) -> Any
     """
     values = np.repeat(rows.astype(np.float64)[:, None], width, axis=1)
     return Contribution(client, rows, values)
+
+
+def place(cluster: IOCluster, st: TransferStage) -> list[Any]:
+    """Each client's contribution, made on its compute worker (client ``c`` on worker ``c``);
+    futures, to release when done.
+
+    Examples
+    --------
+    >>> parts = place(cluster, stage)  # doctest: +SKIP
+    """
+    from distributed import wait
+
+    width = st.spec.shape[1]
+    parts = [
+        cluster.client.submit(
+            contribution_of, c, rows, width, pure=False, workers=[cluster.compute_worker(c)]
+        )
+        for c, rows in enumerate(st.rows)
+        if rows.size
+    ]
+    wait(parts)
+    return parts

@@ -491,7 +491,9 @@ def bench_testbed(
     get_profile(profile)  # an unknown name is refused before anything is built
     need = max((s.n_clients or 0) for s in tbench.paper_sweeps(quick))
     if compute < need:
-        raise InputError(f"--compute must be >= {need} (the busy-1:1 sweep's clients), got {compute}")
+        raise InputError(
+            f"--compute must be >= {need} (the busy-1:1 sweep's clients), got {compute}"
+        )
     policies = ("ecf", "ms-ecf", "rand") if quick else tbench.ORDERED
     sweeps = tbench.paper_sweeps(quick)
     blocks = (tbench.STRIPE,) if quick else tbench.CLUSTERFILE_BLOCKS
