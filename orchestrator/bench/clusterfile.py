@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..layout import StripeLayout, derive_transfers
 from ..plan import Plan
 from ..transfers import TransferSet
-from .calibration import run_point
+from .calibration import Calibration, run_point
 from .push import push_seconds, sequence_plan
 from .transferstage import TransferStage, place
 
@@ -170,7 +170,7 @@ def pieces_plan(
 def clusterfile_rows(
     cluster: IOCluster,
     directory: Path,
-    calibration: Any,
+    calibration: Calibration,
     blocks: Sequence[int] = (16 << 10, 64 << 10, 256 << 10),
     per_client: int = 2 << 20,
     n_clients: int | None = None,
