@@ -351,12 +351,14 @@ def _embedded_cluster_class() -> type:
     scaling or closing stops a nanny.
     """
     from distributed import SpecCluster
-    from distributed.deploy.cluster import Cluster
 
     class EmbeddedCluster(SpecCluster):
         def _update_worker_status(self, op: str, msg: Any) -> None:
             if op == "remove":  # Cluster's bookkeeping, without SpecCluster's timer
-                Cluster._update_worker_status(self, op, msg)
+                # A worker killed right after it registered can be removed before its
+                # "add" reached us (seen in CI: Cluster's own ``del`` raised KeyError,
+                # which killed the status watcher and then the cluster's close)
+                self.scheduler_info["workers"].pop(msg, None)
                 return
             super()._update_worker_status(op, msg)
 

@@ -131,3 +131,8 @@ def test_a_worker_restarted_by_its_nanny_counts_as_dead():
         died = dispatch._died(cl, dispatch._watch(alive, set(cl.ionodes)), 0.05)
         assert died is not None and "io-1" in died, died
         assert dispatch._died(cl, dispatch._live_workers(cl), 0.05) is None
+        # the race CI met: a worker removed before its "add" reached the cluster's
+        # status watcher must not raise there (it used to, and then close() raised too)
+        known = dict(cl._owned.scheduler_info["workers"])
+        cl._owned._update_worker_status("remove", "tls://127.0.0.1:1")
+        assert cl._owned.scheduler_info["workers"] == known
