@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         TestbedError,
         TestbedUnavailable,
         TransferSetError,
+        WalkError,
     )
     from .frontends.capturing import capture
     from .frontends.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from .replicas import IntervalStats, ReplicaSets, assign, interval_stats, replica_sets
     from .simulate import Simulation, simulate
     from .transfers import TransferSet
+    from .treewalk import WalkResult, read_index, walk
 
 # The public names load on first use (PEP 562): a worker process that only
 # unpickles an engine task (an I/O worker writing its batches) then imports
@@ -104,6 +106,7 @@ _LAZY = {
         "TestbedError",
         "TestbedUnavailable",
         "TransferSetError",
+        "WalkError",
     ),
     "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
     "plan": ("Plan", "Units", "lower_bound"),
@@ -115,6 +118,7 @@ _LAZY = {
     "engine.stage": ("StageResult", "WriteOptions", "write_stage"),
     "engine.verify": ("open_datasets", "verify"),
     "transfers": ("TransferSet",),
+    "treewalk": ("WalkResult", "read_index", "walk"),
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -192,6 +196,8 @@ __all__ = [
     "TransferSet",
     "TransferSetError",
     "Units",
+    "WalkError",
+    "WalkResult",
     "WriteOptions",
     "__version__",
     "assign",
@@ -207,6 +213,7 @@ __all__ = [
     "open_datasets",
     "output_stage",
     "policies",
+    "read_index",
     "register_backend",
     "register_policy",
     "replica_sets",
@@ -216,5 +223,6 @@ __all__ = [
     "unregister_backend",
     "unregister_policy",
     "verify",
+    "walk",
     "write_stage",
 ]

@@ -43,6 +43,7 @@ __all__ = [
     "TestbedError",
     "TestbedUnavailable",
     "TransferSetError",
+    "WalkError",
 ]
 
 
@@ -170,3 +171,7 @@ class ExactUnavailable(OrchestratorError, ImportError):
 
 class DumpError(OrchestratorError, RuntimeError):
     """A workflow's dump failed its own checks (a dumped file differs from what was written)."""
+
+
+class WalkError(OrchestratorError, RuntimeError):
+    """A distributed walk could not complete (a walker's worker died, the walk was stopped)."""

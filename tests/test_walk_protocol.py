@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import InputError
-from orchestrator.walk.protocol import SPLITS, Message, Walker
+from orchestrator.treewalk.protocol import SPLITS, Message, Walker
 
 
 def random_tree(rng: random.Random, size: int, shape: str) -> dict[int, list[int]]:
@@ -40,11 +40,14 @@ def run(
     limit: int,
 ) -> tuple[Counter[int], int]:
     """Drive the walkers by a random schedule: deliver any message in flight (no order
-    kept between messages), let a walker step, or let it process one item — each walker
-    at its own ``speed``. Checks at each step that no walker stops with work left."""
+    kept between messages), let a walker step (or step without asking: backing off),
+    take an item or finish one it holds — each walker at its own ``speed``; a walker may
+    hold several items at once, as H-DRQS's threads do. Checks at each step that no
+    walker stops with work left."""
     walkers[0].put([0])
     flight: list[Message] = []
     seen: Counter[int] = Counter()
+    hands: list[list[int]] = [[] for _ in walkers]
     n = len(walkers)
     for t in range(limit):
         if all(w.done for w in walkers) and not any(m.kind == "work" for m in flight):
@@ -55,16 +58,21 @@ def run(
             continue
         w = rng.choices(walkers, weights=speed)[0]
         if w.done:
+            assert not hands[w.rank], "stopped holding items"
             continue
-        if w.queue and rng.random() < 0.5:
-            item = w.take()
+        hand = hands[w.rank]
+        r = rng.random()
+        if hand and r < 0.3:
+            item = hand.pop(rng.randrange(len(hand)))
             seen[item] += 1
-            w.put(tree[item])
+            w.finish(tree[item])
+        elif w.queue and r < 0.6 and len(hand) < 3:
+            hand.append(w.take())
         else:
-            flight += w.step()
+            flight += w.step(ask=rng.random() < 0.8)
         if w.done or walkers[0].done:
             # the root concluded: nothing may be left anywhere
-            left = sum(len(x.queue) for x in walkers)
+            left = sum(len(x.queue) + len(h) for x, h in zip(walkers, hands, strict=True))
             moving = sum(len(m.items) for m in flight)
             assert left == 0 and moving == 0, f"stopped with {left} queued, {moving} in flight"
             assert sum(seen.values()) == len(tree)
@@ -105,6 +113,12 @@ def test_a_lone_walker_stops_when_its_queue_is_empty() -> None:
     w.put(["a", "b"])
     assert w.step() == [] and not w.done  # busy: nothing to say, nobody to ask
     w.take(), w.take()
+    assert w.step() == [] and not w.done  # two items in hand: their children may come
+    w.finish(["c"])
+    w.finish()
+    assert w.step() == [] and not w.done
+    w.take()
+    w.finish()
     assert w.step() == [] and w.done
 
 
@@ -116,6 +130,7 @@ def test_sending_work_to_a_lower_rank_blackens_and_the_token_carries_it() -> Non
     assert [(m.kind, m.dst, len(m.items)) for m in out] == [("work", 1, 1)]
     assert ws[2].black
     ws[2].take(), ws[2].take()
+    ws[2].finish(), ws[2].finish()
     ws[2].receive(Message("token", 1, 2))  # white token arrives while rank 2 is idle
     out = ws[2].step()
     tok = next(m for m in out if m.kind == "token")
@@ -197,3 +212,18 @@ def test_a_random_split_keeps_at_least_one_item() -> None:
         given = sum(len(m.items) for m in out)
         assert 1 <= given <= 4 and len(w.queue) == 5 - given
         assert out[0].kind == "work"  # the first asker always gets a share
+
+
+def test_finish_without_take_is_refused_and_backing_off_holds_the_request() -> None:
+    w = Walker(1, 3)
+    with pytest.raises(InputError, match="finish"):
+        w.finish()
+    assert w.step(ask=False) == [] and w.idle  # no request: still idle
+    w.receive(Message("token", 0, 1))
+    assert [m.kind for m in w.step(ask=False)] == ["token"]  # an idle walker passes it
+    [req] = w.step()
+    w.receive(Message("nowork", req.dst, 1))
+    assert w.refused == 1
+    [req] = w.step()
+    w.receive(Message("work", req.dst, 1, ("a",)))
+    assert w.refused == 0 and w.queue == ["a"]

@@ -23,11 +23,11 @@ A walker whose request is refused is idle for a moment (it may forward a
 token then) before it asks again.
 
 :class:`Walker` is the state machine of one walker. A driver (the simulator
-in the tests, the Dask actors of :mod:`orchestrator.walk`) delivers each
+in the tests, the Dask actors of :mod:`orchestrator.treewalk`) delivers each
 message with :meth:`Walker.receive`, lets the walker act with
 :meth:`Walker.step`, sends the messages it returns, and processes the items
-it hands out with :meth:`Walker.take`, putting the children back with
-:meth:`Walker.put`. Everything is deterministic given the seed.
+it hands out with :meth:`Walker.take`, handing the children back with
+:meth:`Walker.finish`. Everything is deterministic given the seed.
 
 Examples
 --------
@@ -35,6 +35,7 @@ Examples
 >>> ws[0].put(["/"])
 >>> ws[0].take()
 '/'
+>>> ws[0].finish([])  # a folder with nothing in it
 >>> [(m.kind, m.dst) for m in ws[0].step()]  # idle now: starts a token, asks rank 1
 [('token', 1), ('request', 1)]
 """
@@ -140,6 +141,8 @@ class Walker:
         self.token: bool | None = None  # a token we hold (its blackness), to forward when idle
         self.token_out = False  # root: a token of ours is on its way round
         self.askers: list[int] = []
+        self.in_hand = 0  # items taken and not finished (several with threads: H-DRQS)
+        self.refused = 0  # requests refused in a row (a driver may back off on it)
         self.stopped = False
         self.counts = Counts()
         self._vector = self._request_vector(victims, hosts)
@@ -161,8 +164,8 @@ class Walker:
 
     @property
     def idle(self) -> bool:
-        """Nothing to do and nothing asked for."""
-        return not self.queue and not self.waiting
+        """Nothing to do, nothing being done and nothing asked for."""
+        return not self.queue and not self.waiting and not self.in_hand
 
     @property
     def done(self) -> bool:
@@ -174,11 +177,22 @@ class Walker:
         self.queue.extend(items)
 
     def take(self) -> Any:
-        """The next item to process (the newest: depth first), or ``None`` if empty."""
+        """The next item to process (the newest: depth first), or ``None`` if empty.
+
+        Hand its children back with :meth:`finish`: until then the walker is not idle.
+        """
         if not self.queue:
             return None
         self.counts.processed += 1
+        self.in_hand += 1
         return self.queue.pop()
+
+    def finish(self, children: Iterable[Any] = ()) -> None:
+        """An item taken is processed: queue its children."""
+        if self.in_hand <= 0:
+            raise InputError("finish() without an item taken")
+        self.in_hand -= 1
+        self.queue.extend(children)
 
     def receive(self, m: Message) -> None:
         """Take in one message addressed to this walker."""
@@ -189,24 +203,29 @@ class Walker:
         if m.kind == "request":
             self.askers.append(m.src)
         elif m.kind == "work":
-            self.waiting = False
+            self.waiting, self.refused = False, 0
             self.queue[:0] = m.items  # under ours: we go on with our own newest first
         elif m.kind == "nowork":
             self.waiting = False
+            self.refused += 1
         elif m.kind == "token":
             self.token = m.black
         elif m.kind == "stop":
             self.stopped = True
 
-    def step(self) -> list[Message]:
+    def step(self, ask: bool = True) -> list[Message]:
         """One turn of the work loop (Algorithm 2, lines 4-12, without processing an item):
-        answer askers, ask for work if idle, handle the token. Returns messages to send."""
+        answer askers, ask for work if idle, handle the token. Returns messages to send.
+
+        ``ask=False`` holds back a request (a driver backing off after :attr:`refused`
+        refusals): the walker stays idle, so the token may pass it meanwhile.
+        """
         if self.stopped:
             return []
         out = self._answer()
         if self.idle:
             out += self._token()
-            if not self.stopped and self.n > 1:
+            if ask and not self.stopped and self.n > 1:
                 out.append(self._ask())
         return out
 
