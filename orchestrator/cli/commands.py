@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from . import bench, run, scheduling, testbed, writebench
+from . import bench, run, scheduling, testbed, walk, writebench
 from ._common import handled
 from .slurm import slurm_app
 
@@ -41,6 +41,7 @@ bench_app.command("stage")(handled(bench.bench_stage))
 bench_app.command("testbed")(handled(bench.bench_testbed))
 run_app.command("bips3d")(handled(run.run_bips3d))
 app.command("verify")(handled(run.verify_cmd))
+app.command("walk")(handled(walk.walk_cmd))
 testbed.testbed_app.command("up")(handled(testbed.up_cmd))
 testbed.testbed_app.command("down")(handled(testbed.down_cmd))
 testbed.testbed_app.command("status")(handled(testbed.status_cmd))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -29,6 +30,7 @@ __all__ = [
     "format_of",
     "get_backend",
     "is_checkpoint",
+    "looks_like_checkpoint",
     "read_checked_manifest",
     "register_backend",
     "unregister_backend",
@@ -337,6 +339,35 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
         if isinstance(manifest, dict) and isinstance(manifest.get("datasets"), dict):
             return True
     return False
+
+
+#: names a stage gives its output while writing it (``.<name>.tmp-<12 hex>``, see stage.py)
+TEMPORARY = re.compile(r"^\..+\.tmp-[0-9a-f]{12}$")
+#: suffixes of checkpoints, for a target too damaged for any format to recognise
+SUFFIXES = (".h5", ".hdf5", ".zarr")
+
+
+def looks_like_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a checkpoint to check: its shape is one some format recognises
+    (cheap: no manifest is read), or its name ends like one (``.h5``, ``.zarr``) —
+    damage may have taken what the format recognises. A stage's unfinished output is not
+    one (see :data:`TEMPORARY`).
+
+    Examples
+    --------
+    >>> looks_like_checkpoint("runs/7/ckpt.h5")
+    True
+    >>> looks_like_checkpoint("runs/7/notes.txt")
+    False
+    """
+    path = Path(path)
+    if TEMPORARY.match(path.name):
+        return False
+    if path.name.endswith(SUFFIXES):
+        return True
+    if path.is_symlink():
+        return False
+    return any((b := _guesser(name)) is not None and _guess(b, path) for name in backend_names())
 
 
 def _check_entries(folder: Path) -> None:

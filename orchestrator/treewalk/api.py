@@ -23,7 +23,7 @@ from typing import Any
 from ..checks import is_int
 from ..errors import ClusterError, InputError, WalkError
 from .operations import Callback, Operation
-from .runtime import WalkerSpec, abort, close_mailbox, open_mailbox, run_walker
+from .runtime import WalkerSpec, abort, close_mailbox, open_mailbox, progress, run_walker
 
 __all__ = ["ALGORITHMS", "WalkResult", "walk"]
 
@@ -153,6 +153,7 @@ def walk(
     stat: bool = False,
     seed: int = 0,
     hosts: Sequence[str] | None = None,
+    on_progress: Callable[[int, float], Any] | None = None,
 ) -> WalkResult:
     """Walk the tree under ``path`` with walkers on Dask workers, indexing every entry.
 
@@ -190,6 +191,9 @@ def walk(
         Seeds the walkers' random choices.
     hosts : sequence of str, optional
         Each walker's host for PA-DRQS (default: from the workers' addresses).
+    on_progress : callable, optional
+        Called about once a second during the walk with the entries listed so
+        far and the seconds since the start.
 
     Returns
     -------
@@ -210,13 +214,19 @@ def walk(
         raise InputError(f"callback must be callable, got {callback!r}")
     if op is not None and not isinstance(op, Operation):
         raise InputError(f"op must be an Operation, got {op!r}")
+    if on_progress is not None and not callable(on_progress):
+        raise InputError(f"on_progress must be callable, got {on_progress!r}")
     operation = Callback(callback, stat=stat) if callback is not None else op or Operation(stat)
     if cluster is None:
         from ..engine.cluster import local_cluster
 
         with local_cluster(n_ionodes=walkers or 2, n_compute=0) as cl:
-            return _walk(cl, root, operation, algorithm, walkers, nthreads, index, seed, hosts)
-    return _walk(cluster, root, operation, algorithm, walkers, nthreads, index, seed, hosts)
+            return _walk(
+                cl, root, operation, algorithm, walkers, nthreads, index, seed, hosts, on_progress
+            )
+    return _walk(
+        cluster, root, operation, algorithm, walkers, nthreads, index, seed, hosts, on_progress
+    )
 
 
 def _walk(
@@ -229,6 +239,7 @@ def _walk(
     index: Any,
     seed: int,
     hosts: Sequence[str] | None,
+    on_progress: Callable[[int, float], Any] | None,
 ) -> WalkResult:
     from distributed.comm import get_address_host
 
@@ -306,6 +317,9 @@ def _walk(
                     raise WalkError(
                         f"the worker of walker {addresses.index(gone[0])} ({gone[0]}) is gone"
                     )
+                if on_progress is not None:
+                    counts = client.run(progress, walk_id, workers=list(addresses))
+                    on_progress(sum(counts.values()), time.time() - start)
         results = client.gather(futures)
     except BaseException:
         _stop(client, walk_id, futures)
@@ -316,6 +330,7 @@ def _walk(
         except (OSError, ClusterError):
             pass
     seconds = max(w["end"] for w in results) - start
+    op.finish([w["op"] for w in results])
     return WalkResult(root, algorithm, folder, seconds, sorted(results, key=lambda w: w["rank"]))
 
 

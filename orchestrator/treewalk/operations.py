@@ -85,6 +85,9 @@ class Operation:
         """What this walker's copy of the operation did (merged by the driver)."""
         return {}
 
+    def finish(self, summaries: list[dict[str, Any]]) -> None:
+        """Run once by the driver after the walk, with every walker's :meth:`summary`."""
+
 
 class Callback(Operation):
     """A user's function called once on every entry, on the walker that lists it:

@@ -45,7 +45,16 @@ from .lister import Tally, entry_item, list_for_master, list_item
 from .operations import Operation
 from .protocol import Message, Walker
 
-__all__ = ["HANDLER", "Mailbox", "WalkerSpec", "abort", "close_mailbox", "open_mailbox", "pack"]
+__all__ = [
+    "HANDLER",
+    "Mailbox",
+    "WalkerSpec",
+    "abort",
+    "close_mailbox",
+    "open_mailbox",
+    "pack",
+    "progress",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +79,7 @@ class Mailbox:
     inbox: deque[list[Any]] = field(default_factory=deque)
     failed: str | None = None
     aborted: bool = False
+    entries: int = 0  # listed so far, for progress (read by :func:`progress`)
 
 
 def _deliver(walk: str, m: list[Any]) -> None:
@@ -116,6 +126,18 @@ def abort(walk: str, dask_worker: Any = None) -> None:
         with box.cv:
             box.aborted = True
             box.cv.notify_all()
+
+
+def progress(walk: str, dask_worker: Any = None) -> int:
+    """Entries this worker's walker has listed so far (``Client.run``; 0 if none).
+
+    Examples
+    --------
+    >>> progress("no-such-walk")
+    0
+    """
+    box = _MAILBOXES.get(walk)
+    return box.entries if box is not None else 0
 
 
 def _pack_item(item: Any) -> Any:
@@ -300,6 +322,7 @@ def _drqs(
             busy[t] += time.perf_counter() - t0
             with box.cv:
                 walker.finish(children)
+                box.entries = sum(x.entries for x in tallies)
                 box.cv.notify_all()
 
     def guarded(t: int) -> None:
@@ -369,6 +392,7 @@ def _cp_slave(
         if m.kind == "stop":
             return [part], [tally], busy, processed
         t0 = time.perf_counter()
+        box.entries = tally.entries
         children = []
         for item in m.items:
             if not isinstance(item, str):

@@ -1,0 +1,388 @@
+"""The operations ``iorch walk --op`` runs over a checkpoint tree: verify, checksum,
+copy and delete (each an :class:`~orchestrator.treewalk.operations.Operation`).
+
+Each runs on the walker that lists a folder, on that folder's entries, so the
+work spreads as the walk does. A checkpoint that is a folder (Zarr, HDF5 with
+subfiles) is one item: the walk does not go inside it.
+
+Examples
+--------
+>>> Verify().name, Checksum().name
+('verify', 'checksum')
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from typing import Any
+
+from ..errors import InputError, OrchestratorError
+from .index import FILE, LINK
+from .operations import Entry, Operation, Visit
+
+__all__ = ["Checksum", "Copy", "Delete", "Verify"]
+
+#: verdicts kept in a walker's summary (the index has them all)
+KEEP = 1000
+
+
+def _candidate(path: str) -> bool:
+    from ..engine.backends import looks_like_checkpoint
+
+    return looks_like_checkpoint(path)
+
+
+class Verify(Operation):
+    """Check every checkpoint under the tree against its manifest, as ``iorch verify``
+    does one: ``ok``, or ``damaged: <the first mismatch>``.
+
+    Examples
+    --------
+    >>> Verify().verdict("/no/such.h5")
+    'damaged: /no/such.h5 does not exist'
+    """
+
+    hooked = True
+    results = True
+
+    def __init__(self) -> None:
+        super().__init__(stat=False)
+        self.checked = 0
+        self.damaged: list[str] = []
+
+    @property
+    def name(self) -> str:
+        """``verify``."""
+        return "verify"
+
+    def verdict(self, path: str) -> str:
+        """``ok`` or what is wrong with the checkpoint at ``path``."""
+        from ..engine.verify import verify
+
+        self.checked += 1
+        try:
+            bad = verify(path)
+        except OrchestratorError as err:
+            bad = [str(err)]
+        if not bad:
+            return "ok"
+        if len(self.damaged) < KEEP:
+            self.damaged.append(path)
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        return f"damaged: {bad[0]}{more}"
+
+    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+        """Verify the checkpoints among the entries; stay out of checkpoint folders."""
+        out = Visit()
+        if _candidate(path):  # only the walk's root can get here being one
+            out.results[path] = self.verdict(path)
+            out.pruned = set(dirs)
+            return out
+        for d in dirs:
+            if _candidate(d):
+                out.pruned.add(d)
+                out.results[d] = self.verdict(d)
+        for p, kind, _ in entries:
+            if kind == FILE and _candidate(p):
+                out.results[p] = self.verdict(p)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Checkpoints checked and (up to 1,000 of) the damaged ones."""
+        return {"checked": self.checked, "damaged": self.damaged}
+
+
+class Checksum(Operation):
+    """The CRC-32 of every file (zlib's values, hex) as its ``result``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> f = tempfile.NamedTemporaryFile(delete=False); _ = f.write(b"abc"); f.close()
+    >>> Checksum().crc(f.name)
+    '352441c2'
+    """
+
+    hooked = True
+    results = True
+
+    def __init__(self, block: int = 8 << 20) -> None:
+        super().__init__(stat=True)
+        self.block = block
+        self.nbytes = 0
+
+    @property
+    def name(self) -> str:
+        """``checksum``."""
+        return "checksum"
+
+    def crc(self, path: str) -> str:
+        """The file's CRC-32, read in blocks."""
+        from ..engine.checksums import crc32
+
+        value = 0
+        with open(path, "rb", buffering=0) as f:
+            while chunk := f.read(self.block):
+                value = crc32(chunk, value)
+                self.nbytes += len(chunk)
+        return f"{value & 0xFFFFFFFF:08x}"
+
+    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+        """Checksum each regular file (a file gone meanwhile says so)."""
+        out = Visit()
+        for p, kind, _ in entries:
+            if kind == FILE:
+                try:
+                    out.results[p] = self.crc(p)
+                except OSError as err:
+                    out.results[p] = f"unreadable: {err.strerror}"
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Bytes read."""
+        return {"bytes": self.nbytes}
+
+
+class Delete(Operation):
+    """Prune checkpoints: those older than ``older_than`` seconds and not among the
+    ``keep_latest`` newest of their folder, and stages' unfinished outputs (``.<name>.tmp-
+    <hex>``, left by a crash) older than ``older_than``. Nothing else is ever deleted:
+    not a user's file, not a link's target, nothing outside ``root``.
+
+    ``apply=False`` (the default) is a dry run: each candidate's ``result`` says
+    ``would delete``.
+
+    Examples
+    --------
+    >>> Delete("/runs", keep_latest=2).name
+    'delete'
+    >>> Delete("/runs")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.InputError: delete needs older_than or keep_latest (or both)
+    """
+
+    hooked = True
+    results = True
+
+    def __init__(
+        self,
+        root: str,
+        older_than: float | None = None,
+        keep_latest: int | None = None,
+        apply: bool = False,
+        now: float | None = None,
+    ) -> None:
+        super().__init__(stat=True)
+        if older_than is None and keep_latest is None:
+            raise InputError("delete needs older_than or keep_latest (or both)")
+        if older_than is not None and (
+            not isinstance(older_than, (int, float)) or not older_than >= 0
+        ):
+            raise InputError(f"older_than must be seconds >= 0, got {older_than!r}")
+        if keep_latest is not None and (
+            not isinstance(keep_latest, int) or isinstance(keep_latest, bool) or keep_latest < 0
+        ):
+            raise InputError(f"keep_latest must be a whole number >= 0, got {keep_latest!r}")
+        self.root = os.path.abspath(root)
+        self.older_than, self.keep_latest, self.apply = older_than, keep_latest, apply
+        self.now = time.time() if now is None else now
+        self.deleted = 0
+        self.nbytes = 0
+
+    @property
+    def name(self) -> str:
+        """``delete``."""
+        return "delete"
+
+    def _old(self, mtime: float) -> bool:
+        return self.older_than is not None and self.now - mtime > self.older_than
+
+    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+        """Decide for this folder's checkpoints and leftovers; delete them if applying."""
+        from ..engine.backends import TEMPORARY
+
+        out = Visit()
+        found: list[tuple[float, str, bool]] = []  # mtime, path, is a folder
+        for d in dirs:
+            name = os.path.basename(d)
+            if TEMPORARY.match(name) or _candidate(d):
+                out.pruned.add(d)  # a checkpoint is an item: never walked into
+                try:
+                    found.append((os.lstat(d).st_mtime, d, True))
+                except OSError:
+                    continue
+        for p, kind, s in entries:
+            if (
+                kind == FILE
+                and s is not None
+                and (TEMPORARY.match(os.path.basename(p)) or _candidate(p))
+            ):
+                found.append((s.st_mtime, p, False))
+        checkpoints = sorted(
+            (f for f in found if not TEMPORARY.match(os.path.basename(f[1]))), reverse=True
+        )
+        kept = (
+            set() if self.keep_latest is None else {f[1] for f in checkpoints[: self.keep_latest]}
+        )
+        for mtime, p, folder in found:
+            leftover = bool(TEMPORARY.match(os.path.basename(p)))
+            if leftover:
+                doomed = self._old(mtime)
+            else:
+                doomed = p not in kept and (self.older_than is None or self._old(mtime))
+            if doomed:
+                out.results[p] = self._remove(p, folder)
+            elif not leftover:
+                out.results[p] = "kept"
+        return out
+
+    def _remove(self, path: str, folder: bool) -> str:
+        real = os.path.abspath(path)
+        if not real.startswith(self.root + os.sep):  # belt and braces: listings come from root
+            return "refused: outside the tree"
+        if not self.apply:
+            return "would delete"
+        try:
+            if folder:
+                shutil.rmtree(real)  # does not follow links inside
+            else:
+                self.nbytes += os.lstat(real).st_size
+                os.unlink(real)
+        except OSError as err:
+            return f"not deleted: {err.strerror}"
+        self.deleted += 1
+        return "deleted"
+
+    def summary(self) -> dict[str, Any]:
+        """Targets deleted, and the bytes of the files among them."""
+        return {"deleted": self.deleted, "bytes": self.nbytes}
+
+
+def _copy_range(fd_in: int, fd_out: int, off: int, n: int) -> int:
+    """Copy ``n`` bytes at ``off`` in the kernel where it can (copy_file_range: no copy
+    through user space, a reflink on file systems that have them), else by reads."""
+    done = 0
+    try:
+        while done < n:
+            k = os.copy_file_range(fd_in, fd_out, n - done, off + done, off + done)
+            if k == 0:  # the source shrank meanwhile
+                return done
+            done += k
+        return done
+    except OSError:  # across file systems (EXDEV) or unsupported: plain reads and writes
+        pass
+    while done < n:
+        data = os.pread(fd_in, min(n - done, 8 << 20), off + done)
+        if not data:
+            break
+        os.pwrite(fd_out, data, off + done)
+        done += len(data)
+    return done
+
+
+class Copy(Operation):
+    """Copy the tree to ``dest`` (an archive): folders made as they are walked, files up
+    to ``chunk`` bytes copied whole by the walker that lists them, larger ones cut into
+    ``chunk``-byte pieces that are queued as items any walker may steal (as ``dcp``
+    does). Links are copied as links (never followed); sockets, FIFOs and devices are
+    skipped and said so.
+
+    Examples
+    --------
+    >>> Copy("/runs", "/runs/archive")
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.InputError: dest '/runs/archive' is inside the tree being copied
+    """
+
+    hooked = True
+    results = True
+
+    def __init__(self, root: str, dest: str, chunk: int = 64 << 20) -> None:
+        super().__init__(stat=True)
+        self.root, self.dest = os.path.abspath(root), os.path.abspath(dest)
+        if self.dest == self.root or self.dest.startswith(self.root + os.sep):
+            raise InputError(f"dest {dest!r} is inside the tree being copied")
+        if os.path.lexists(self.dest) and (not os.path.isdir(self.dest) or os.listdir(self.dest)):
+            raise InputError(f"dest {dest!r} exists and is not an empty folder")
+        if not isinstance(chunk, int) or chunk < 4096:
+            raise InputError(f"chunk must be a whole number of bytes >= 4096, got {chunk!r}")
+        self.chunk = chunk
+        self.files = 0
+        self.nbytes = 0
+        self.pieces: list[str] = []  # files copied in pieces: their times are set at the end
+
+    @property
+    def name(self) -> str:
+        """``copy``."""
+        return "copy"
+
+    def _to(self, path: str) -> str:
+        rel = os.path.relpath(path, self.root)
+        return self.dest if rel == "." else os.path.join(self.dest, rel)
+
+    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+        """Make the folder, copy small files, queue the pieces of large ones."""
+        out = Visit()
+        target = self._to(path)
+        os.makedirs(target, exist_ok=True)
+        if own is not None:
+            os.chmod(target, stat.S_IMODE(own.st_mode) | stat.S_IWUSR | stat.S_IXUSR)
+        for p, kind, s in entries:
+            to = self._to(p)
+            try:
+                if kind == LINK:
+                    os.symlink(os.readlink(p), to)
+                elif kind != FILE or s is None:
+                    out.results[p] = "skipped: not a regular file"
+                elif s.st_size <= self.chunk:
+                    shutil.copyfile(p, to, follow_symlinks=False)
+                    shutil.copystat(p, to, follow_symlinks=False)
+                    self.files += 1
+                    self.nbytes += s.st_size
+                else:
+                    with open(to, "wb") as f:
+                        f.truncate(s.st_size)
+                    self.files += 1
+                    if len(self.pieces) < 1 << 20:
+                        self.pieces.append(p)
+                    out.items += [
+                        ("piece", p, to, off, min(self.chunk, s.st_size - off))
+                        for off in range(0, s.st_size, self.chunk)
+                    ]
+            except OSError as err:
+                out.results[p] = f"not copied: {err.strerror}"
+        return out
+
+    def item(self, item: Any) -> list[Any]:
+        """Copy one piece of a large file (the file was made at its full size)."""
+        _, src, to, off, n = item
+        fd_in = os.open(src, os.O_RDONLY)
+        try:
+            fd_out = os.open(to, os.O_WRONLY)
+            try:
+                done = _copy_range(fd_in, fd_out, off, n)
+            finally:
+                os.close(fd_out)
+        finally:
+            os.close(fd_in)
+        self.nbytes += done
+        return []
+
+    def summary(self) -> dict[str, Any]:
+        """Files and bytes copied, and the files copied in pieces."""
+        return {"files": self.files, "bytes": self.nbytes, "pieces": self.pieces}
+
+    def finish(self, summaries: list[dict[str, Any]]) -> None:
+        """After the walk: the times and modes of files copied in pieces (no walker knew
+        it wrote the last piece)."""
+        for s in summaries:
+            for p in s.get("pieces", ()):
+                try:
+                    shutil.copystat(p, self._to(p), follow_symlinks=False)
+                except OSError:
+                    pass

@@ -1,0 +1,275 @@
+"""``iorch walk``'s operations over real checkpoint trees written by the engine: verify
+finds what ``iorch verify`` finds, delete prunes only what it should, copy archives the
+tree byte for byte (large files in pieces), checksum agrees with zlib."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import orchestrator as orc
+from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.treewalk import read_index
+from orchestrator.treewalk.ops import Checksum, Copy, Delete, Verify
+
+IORCH = str(Path(sys.executable).with_name("iorch"))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with orc.local_cluster(n_ionodes=2, n_compute=1) as cl:
+        yield cl
+
+
+@pytest.fixture(scope="module")
+def templates(cluster, tmp_path_factory):
+    """One HDF5 and one Zarr checkpoint written by the engine, copied where tests want."""
+    top = tmp_path_factory.mktemp("templates")
+    rows = np.arange(512)
+    datasets = {
+        "u": (DatasetSpec("u", (512, 4), "f8"), [Contribution(0, rows, np.ones((512, 4)))]),
+    }
+    out = {}
+    for fmt, suffix in (("hdf5", ".h5"), ("zarr", ".zarr")):
+        out[fmt] = top / f"ckpt{suffix}"
+        orc.write_stage(out[fmt], datasets, format=fmt, cluster=cluster, stripe_bytes=1024)
+    return out
+
+
+def place(template: Path, at: Path) -> Path:
+    at.parent.mkdir(parents=True, exist_ok=True)
+    if template.is_dir():
+        shutil.copytree(template, at)
+    else:
+        shutil.copy2(template, at)
+    return at
+
+
+def damage(path: Path, how: str) -> None:
+    if how == "flip" and path.is_file():
+        with h5py.File(path, "r") as f:
+            at = f["u"].id.get_offset() + 100
+        with open(path, "r+b") as f:
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0xFF]))
+    elif how == "flip":
+        shard = max(
+            (p for p in (path / "u").rglob("*") if p.is_file() and p.name != "zarr.json"),
+            key=lambda p: p.stat().st_size,
+        )
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    elif how == "truncate" and path.is_file():
+        os.truncate(path, path.stat().st_size // 2)
+    elif how == "truncate":
+        (path / "zarr.json").unlink()
+    elif how == "empty":
+        if path.is_dir():
+            shutil.rmtree(path)
+            path.mkdir()
+        else:
+            path.write_bytes(b"")
+
+
+def checkpoint_tree(top: Path, templates, n: int, seed: int) -> tuple[list[Path], set[Path]]:
+    """``n`` checkpoints over nested run folders, a fifth of them damaged in some way."""
+    rng = random.Random(seed)
+    paths, damaged = [], set()
+    for i in range(n):
+        fmt = rng.choice(["hdf5", "zarr"])
+        at = (
+            top
+            / f"run{i % 7}"
+            / f"seg{i % 3}"
+            / f"step{i:04d}{'.h5' if fmt == 'hdf5' else '.zarr'}"
+        )
+        place(templates[fmt], at)
+        paths.append(at)
+        if rng.random() < 0.2:
+            damage(at, rng.choice(["flip", "truncate", "empty"]))
+            damaged.add(at)
+    (top / "run0" / "notes.txt").write_text("not a checkpoint")
+    return paths, damaged
+
+
+def single_process(paths: list[Path]) -> set[Path]:
+    """What ``iorch verify`` says, one checkpoint after another."""
+    bad = set()
+    for p in paths:
+        try:
+            if orc.verify(p):
+                bad.add(p)
+        except OrchestratorError:
+            bad.add(p)
+    return bad
+
+
+@pytest.mark.parametrize("algorithm", ["h-drqs", "drqs", "pa-drqs"])
+def test_verify_finds_every_damaged_checkpoint_iorch_verify_finds(
+    cluster, templates, tmp_path, algorithm
+) -> None:
+    top = tmp_path / "runs"
+    paths, damaged = checkpoint_tree(top, templates, 60, seed=len(algorithm))
+    want = single_process(paths)
+    assert want == damaged  # the damage is real: iorch verify sees each one
+    r = orc.walk(top, op=Verify(), cluster=cluster, algorithm=algorithm, walkers=3)
+    t = read_index(r.index).to_pandas().set_index("path")
+    verdicts = t["result"].dropna()
+    assert {Path(p) for p, v in verdicts.items() if v.startswith("damaged")} == want
+    assert {Path(p) for p, v in verdicts.items() if v == "ok"} == set(paths) - want
+    assert sum(w["op"]["checked"] for w in r.walkers) == len(paths)
+    # a Zarr checkpoint is one entry: the walk never went into it
+    assert not any(".zarr/" in p for p in t.index)
+
+
+def test_verify_from_the_command_line_exits_1_on_damage(cluster, templates, tmp_path) -> None:
+    top = tmp_path / "runs"
+    paths, damaged = checkpoint_tree(top, templates, 12, seed=3)
+    assert damaged
+    run = subprocess.run(
+        [IORCH, "walk", str(top), "--op", "verify", "--walkers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1, run.stderr
+    assert f"{len(paths)} checkpoints checked, {len(damaged)} damaged" in run.stdout
+    for p in damaged:
+        assert str(p) in run.stderr
+    for p in damaged:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    run = subprocess.run(
+        [IORCH, "walk", str(top), "--op", "verify", "--walkers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_delete_prunes_old_checkpoints_keeps_the_latest_and_nothing_else(
+    cluster, templates, tmp_path
+) -> None:
+    top = tmp_path / "runs"
+    now = time.time()
+    made = {}
+    for run in ("a", "b/c"):
+        for k in range(5):
+            fmt = "hdf5" if k % 2 else "zarr"
+            p = place(templates[fmt], top / run / f"s{k}{'.h5' if fmt == 'hdf5' else '.zarr'}")
+            age = (5 - k) * 86400.0  # s0 is 5 days old, s4 one day
+            os.utime(p, (now - age, now - age))
+            made[p] = age
+    leftover = top / "a" / ".s9.h5.tmp-0123456789ab"  # a crashed stage's unfinished output
+    leftover.write_bytes(b"partial")
+    os.utime(leftover, (now - 3 * 86400, now - 3 * 86400))
+    fresh = top / "a" / ".s10.h5.tmp-aaaaaaaaaaaa"  # a stage writing right now
+    fresh.write_bytes(b"partial")
+    user = top / "a" / "results.csv"
+    user.write_text("keep me")
+    os.utime(user, (now - 99 * 86400, now - 99 * 86400))
+    outside = tmp_path / "outside.h5"
+    place(templates["hdf5"], outside)
+    (top / "a" / "link.h5").symlink_to(outside)
+    before = sorted(top.rglob("*"))
+
+    dry = orc.walk(
+        top,
+        op=Delete(str(top), older_than=2.5 * 86400, keep_latest=1, now=now),
+        cluster=cluster,
+        walkers=2,
+    )
+    assert sorted(top.rglob("*")) == before  # a dry run deletes nothing
+    t = read_index(dry.index).to_pandas().set_index("path")
+    doomed = {Path(p) for p, v in t["result"].dropna().items() if v == "would delete"}
+    old = {p for p, age in made.items() if age > 2.5 * 86400}
+    assert doomed == old | {leftover}
+
+    orc.walk(
+        top,
+        op=Delete(str(top), older_than=2.5 * 86400, keep_latest=1, now=now, apply=True),
+        cluster=cluster,
+        walkers=2,
+    )
+    for p in made:
+        assert p.exists() == (p not in old), p
+    assert not leftover.exists() and fresh.exists() and user.exists()
+    assert outside.exists() and (top / "a" / "link.h5").is_symlink()
+
+    orc.walk(top, op=Delete(str(top), keep_latest=1, now=now, apply=True), cluster=cluster)
+    left = sorted(p.name for p in top.rglob("s*") if p.parent.name in ("a", "c"))
+    assert left == ["s4.zarr", "s4.zarr"]  # the newest of each folder
+
+
+def test_copy_archives_the_tree_with_large_files_in_pieces(cluster, tmp_path) -> None:
+    src = tmp_path / "src"
+    rng = np.random.default_rng(0)
+    (src / "a" / "b").mkdir(parents=True)
+    big = rng.integers(0, 256, 3 * 65536 + 123, dtype=np.uint8).tobytes()
+    (src / "a" / "big.bin").write_bytes(big)
+    for i in range(30):
+        (src / "a" / "b" / f"f{i}").write_bytes(
+            rng.integers(0, 256, i * 100, dtype=np.uint8).tobytes()
+        )
+    (src / "link").symlink_to("a/big.bin")
+    (src / "empty").mkdir()
+    os.utime(src / "a" / "big.bin", (1e9, 1e9))
+    dest = tmp_path / "archive"
+    r = orc.walk(src, op=Copy(str(src), str(dest), chunk=65536), cluster=cluster, walkers=2)
+    assert (dest / "a" / "big.bin").read_bytes() == big
+    assert (dest / "a" / "big.bin").stat().st_mtime == 1e9  # set after the last piece
+    for i in range(30):
+        assert (dest / "a" / "b" / f"f{i}").read_bytes() == (src / "a" / "b" / f"f{i}").read_bytes()
+    assert os.readlink(dest / "link") == "a/big.bin" and (dest / "empty").is_dir()
+    assert sum(w["op"]["files"] for w in r.walkers) == 31
+    assert sum(w["op"]["bytes"] for w in r.walkers) == len(big) + sum(i * 100 for i in range(30))
+    with pytest.raises(InputError, match="inside the tree"):
+        Copy(str(src), str(src / "a"))
+    with pytest.raises(InputError, match="not an empty folder"):
+        Copy(str(src), str(dest))
+
+
+def test_checksum_agrees_with_zlib(cluster, tmp_path) -> None:
+    top = tmp_path / "t"
+    top.mkdir()
+    for i in range(10):
+        (top / f"f{i}").write_bytes(os.urandom(i * 1000))
+    r = orc.walk(top, op=Checksum(block=4096), cluster=cluster)
+    t = read_index(r.index).to_pandas().set_index("path")
+    for i in range(10):
+        want = f"{zlib.crc32((top / f'f{i}').read_bytes()):08x}"
+        assert t.loc[str(top / f"f{i}"), "result"] == want
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--op", "copy"], "DEST"),
+        (["--op", "delete"], "older_than or keep_latest"),
+        (["--op", "delete", "--older-than", "soon"], "--older-than"),
+        (["--op", "verify", "--apply"], "--op delete"),
+        (["--op", "rename"], "--op"),
+        (["--algorithm", "dfs"], "algorithm"),
+    ],
+)
+def test_cli_refuses_bad_options_by_name(tmp_path, argv, message) -> None:
+    run = subprocess.run(
+        [IORCH, "walk", str(tmp_path), *argv], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert message in run.stderr and "Traceback" not in run.stderr
