@@ -582,3 +582,97 @@ def bench_testbed(
         + ", ".join(f"{s:.1f}" for s in res["testbed_up_seconds"])
         + f" s; results and plots in {out}/"
     )
+
+
+def bench_walk(
+    entries: Annotated[
+        int, typer.Option(min=1000, help="Entries of the balanced and skewed trees.")
+    ] = 1_000_000,
+    walkers: Annotated[int, typer.Option(min=1, help="Walkers for the speed part.")] = 2,
+    mwalkers: Annotated[
+        int, typer.Option(min=2, max=64, help="Walkers for messages and balance (2 per host).")
+    ] = 4,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per contender (median).")] = 3,
+    cp_max: Annotated[
+        int, typer.Option(min=0, help="Run CP for real up to this many entries; count beyond.")
+    ] = 200_000,
+    checkpoints: Annotated[
+        int, typer.Option(min=10, help="Checkpoints in the verify tree.")
+    ] = 1000,
+    trees: Annotated[
+        Path | None, typer.Option(help="Where the generated trees are kept (default OUT/trees).")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
+        "out/bench-walk"
+    ),
+) -> None:
+    """The distributed walk beside GNU find, fd and one Python process; every algorithm's
+    messages, bytes and balance; walk --op verify beside verify one by one.
+
+    Example: ``iorch bench walk --entries 100000 --repeat 1``
+    """
+    from ..bench import walk as wbench
+
+    out.mkdir(parents=True, exist_ok=True)
+    # the trees' inodes and folders (~1 KiB per entry, small-files' data) and the index
+    check_disk(out, 3 * entries * 1024, "the generated trees", InputError)
+    with progress() as prog:
+        task = prog.add_task("walk", total=None)
+        res = wbench.run(
+            out,
+            entries=entries,
+            walkers=walkers,
+            mwalkers=mwalkers,
+            repeat=repeat,
+            cp_max=cp_max,
+            checkpoints=checkpoints,
+            trees=trees,
+            note=lambda m: prog.update(task, description=m),
+        )
+    sp = res["speed"]
+    t = Table(title=f"listing {sp['entries']:,} entries (warm, no stat), {walkers} walkers")
+    for c in ("contender", "entries/s", "÷ find"):
+        t.add_column(c, justify="right")
+    for name, rate in sorted(sp["rate"].items(), key=lambda kv: -kv[1]):
+        t.add_row(name, f"{rate:,.0f}", f"{sp['over_find'][name]:.2f}")
+    console.print(t)
+    t = Table(
+        title=f"messages, bytes and balance ({mwalkers} walkers; "
+        f"h-drqs: {mwalkers // 2} × 2 threads)"
+    )
+    for c in (
+        "tree",
+        "algorithm",
+        "entries",
+        "seconds",
+        "messages",
+        "bytes",
+        "CP ÷ this (msgs)",
+        "CP ÷ this (bytes)",
+        "work ±",
+    ):
+        t.add_column(c, justify="right")
+    cp = {r["tree"]: r for r in res["traffic"] if r["algorithm"] == "cp"}
+    for r in res["traffic"]:
+        base = cp.get(r["tree"])
+        t.add_row(
+            r["tree"],
+            r["algorithm"] + (" (counted)" if r["counted"] else ""),
+            f"{r['entries']:,}",
+            "-" if r["seconds"] is None else f"{r['seconds']:.2f}",
+            f"{r['messages']:,}",
+            f"{r['bytes']:,}",
+            "-"
+            if base is None or not r["messages"]
+            else f"{base['messages'] / r['messages']:,.1f}",
+            "-" if base is None or not r["bytes"] else f"{base['bytes'] / r['bytes']:,.1f}",
+            "-" if r["imbalance"] is None else f"{100 * r['imbalance']:.0f} %",
+        )
+    console.print(t)
+    v = res["verify"]
+    console.print(
+        f"verify: {v['checkpoints']} checkpoints, {v['damaged']} damaged; one by one found "
+        f"{v['single_found']} in {v['single_seconds']:.1f} s, the walk ({v['walkers']} walkers) "
+        f"{v['walk_found']} in {v['walk_seconds']:.1f} s; the same set: {v['same']}"
+    )
+    console.print(f"results and plots in {out}")

@@ -405,3 +405,32 @@ def _cp_slave(
         if part.full():
             part.flush()
         busy += time.perf_counter() - t0
+
+
+def cp_traffic(paths: list[str], kinds: list[int], n: int) -> tuple[int, int]:
+    """CP's messages and bytes on a tree, counted from its index instead of run: every
+    entry is an item the master sends (``work``) and whose results come back with the
+    slave's next request (a folder's: all its entries), plus each slave's first request
+    and its ``stop``. For trees where running CP would take hours (two Dask messages per
+    entry); the benchmark checks the count against a real CP run on a smaller tree.
+
+    Examples
+    --------
+    >>> cp_traffic(["/t", "/t/a"], [0, 1], 2)[0]  # 2 items: 2 works, 2+1 requests, 1 stop
+    6
+    """
+    if not n <= 127:  # msgpack writes ranks up to 127 in one byte, as assumed below
+        raise WalkError(f"cp_traffic counts up to 127 walkers, got {n}")
+    items = {p: (p if k == 0 else (p, k)) for p, k in zip(paths, kinds, strict=True)}
+    children: dict[str, list[Any]] = {}
+    for p in paths:
+        parent = os.path.dirname(p)
+        if parent != p and parent in items:
+            children.setdefault(parent, []).append(items[p])
+    size = 0
+    for p in paths:
+        size += len(msgpack.packb(pack(Message("work", 0, 1, (items[p],)))))
+        size += len(msgpack.packb(pack(Message("request", 1, 0, tuple(children.get(p, ()))))))
+    first = len(msgpack.packb(pack(Message("request", 1, 0))))
+    stop = len(msgpack.packb(pack(Message("stop", 0, 1))))
+    return 2 * len(paths) + 2 * (n - 1), size + (n - 1) * (first + stop)
