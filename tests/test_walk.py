@@ -16,8 +16,11 @@ import pytest
 
 import orchestrator as orc
 from orchestrator.errors import InputError, WalkError
-from orchestrator.treewalk import ALGORITHMS, read_index
+from orchestrator.treewalk import ALGORITHMS, KINDS, read_index
 from orchestrator.treewalk.lister import inject
+from orchestrator.treewalk.runtime import cp_traffic
+from orchestrator.treewalk.trees import SHAPES
+from orchestrator.treewalk.trees import make_tree as make_shape
 
 WALKERS = 3
 
@@ -210,6 +213,11 @@ def test_messages_go_worker_to_worker_and_are_counted(cluster, tmp_path) -> None
     cp = orc.walk(top, cluster=cluster, algorithm="cp")
     # CP: two messages per entry, one request and one stop per slave
     assert cp.total_messages == 2 * cp.entries + 2 * (WALKERS - 1)
+    # and counted from the index (what the benchmark does on trees too big to run CP on)
+    t = read_index(cp.index)
+    kinds = [KINDS.index(k) for k in t.column("kind").to_pylist()]
+    counted = cp_traffic(t.column("path").to_pylist(), kinds, WALKERS)
+    assert counted == (cp.total_messages, cp.total_bytes)
     assert all(cp.messages[i][j] == 0 for i in range(1, WALKERS) for j in range(1, WALKERS))
 
 
@@ -273,3 +281,46 @@ def test_bad_roots_and_a_used_index_are_refused(cluster, tmp_path) -> None:
     assert r.entries >= 3
     with pytest.raises(InputError, match="already holds"):
         orc.walk(tmp_path, cluster=cluster, index=tmp_path / "idx")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_generated_trees_have_exactly_the_entries_asked(tmp_path, shape) -> None:
+    for n in (1, 2, 99, 1001, 4567):
+        top = tmp_path / f"{shape}-{n}"
+        assert make_shape(str(top), shape, n) == n
+        assert len(oracle(top)) == n
+
+
+def test_the_walk_benchmark_runs_and_its_numbers_hold_together(tmp_path) -> None:
+    """A small ``iorch bench walk``: every contender listed every entry, CP's count was
+    checked against its real runs (the run raises otherwise), verify agreed."""
+    import json
+    import subprocess
+    import sys
+
+    iorch = str(Path(sys.executable).with_name("iorch"))
+    run = subprocess.run(
+        [
+            iorch,
+            "bench",
+            "walk",
+            "--entries",
+            "3000",
+            "--repeat",
+            "1",
+            "--checkpoints",
+            "12",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    res = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert set(res["speed"]["rate"]) >= {"find", "os.scandir", "h-drqs", "drqs", "cp-dirs"}
+    assert res["verify"]["same"] and res["verify"]["walk_found"] == res["verify"]["damaged"]
+    real = [r for r in res["traffic"] if r["algorithm"] == "cp" and not r["counted"]]
+    assert len(real) == 5 and all(r["entries"] in (3000,) for r in real)
+    assert (tmp_path / "b" / "walk-heatmaps.png").stat().st_size > 10_000

@@ -9,8 +9,9 @@ Three parts:
    process, and every algorithm with ``walkers`` walkers (each writing its Parquet
    index, which ``find`` does not). Repeats interleave the contenders; medians.
 2. **Messages, bytes, balance**: every tree shape, every algorithm, ``mwalkers``
-   walkers spread over ``mwalkers / 2`` hosts (given to PA-DRQS as its hosts; H-DRQS
-   runs one walker per host with two threads, as the paper's one process per node).
+   walkers (H-DRQS: each with two threads over its queue), spread over ``mwalkers / 2``
+   hosts given to PA-DRQS as its hosts (on one machine the hosts are only names: it is
+   the messages that differ, not their cost).
    CP is run for real up to ``cp_max`` entries; beyond, its traffic is counted from
    the index (:func:`~orchestrator.treewalk.runtime.cp_traffic`), a count the run
    checks against a real CP walk of the smaller trees.
@@ -194,10 +195,9 @@ def _traffic(
                 kw: dict[str, Any] = {"cluster": cl, "algorithm": alg, "index": where}
                 if alg == "pa-drqs":
                     kw["hosts"] = hosts
+                kw["walkers"] = mwalkers
                 if alg == "h-drqs":
-                    kw.update(walkers=max(1, mwalkers // 2), threads=2)
-                else:
-                    kw["walkers"] = mwalkers
+                    kw["threads"] = 2
                 r = walk(root, **kw)
                 rows.append(_walk_row(r, shape, alg, len(r.walkers)))
                 if alg == "drqs":
@@ -401,19 +401,34 @@ def plot(res: dict[str, Any], out: Path) -> None:
     """
     from ..plots import _pyplot, close
 
+    from matplotlib.colors import LogNorm
+
     plt = _pyplot()
     real = [r for r in res["traffic"] if r["tree"] == "balanced" and r["matrix_bytes"]]
-    fig, axes = plt.subplots(1, len(real), figsize=(3.2 * len(real), 3.2), squeeze=False)
+    cp = next(
+        (r for r in res["traffic"] if r["tree"] == "balanced" and r["algorithm"] == "cp"), None
+    )
+    top = max(max(map(max, r["matrix_bytes"])) for r in real) if real else 1
+    if cp is not None:  # CP's master sends and gets about its total over 2 (n - 1) pairs
+        top = max(top, cp["bytes"] / max(1, 2 * (cp["walkers"] - 1)))
+    norm = LogNorm(vmin=10, vmax=max(top, 100))  # one scale: volumes compare across panels
+    fig, axes = plt.subplots(1, len(real), figsize=(3.2 * len(real), 3.3), squeeze=False)
+    im = None
     for ax, r in zip(axes[0], real, strict=True):
         m = np.array(r["matrix_bytes"], dtype=float)
-        im = ax.imshow(m, cmap="Reds")
+        im = ax.imshow(np.where(m > 0, m, np.nan), cmap="Reds", norm=norm)
         ax.set_title(f"{r['algorithm']}: {int(m.sum()):,} B", fontsize=9)
+        ax.set_xticks(range(len(m)))
+        ax.set_yticks(range(len(m)))
         ax.set_xlabel("to rank")
-        ax.set_ylabel("from rank")
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle("bytes sent between walkers, balanced tree")
-    fig.tight_layout()
-    fig.savefig(out / "walk-heatmaps.png", dpi=110)
+    axes[0][0].set_ylabel("from rank")
+    if im is not None:
+        fig.colorbar(im, ax=axes[0].tolist(), fraction=0.02, label="bytes")
+    title = "bytes sent between walkers, balanced tree (one log scale)"
+    if cp is not None:
+        title += f"; CP{' (counted)' if cp['counted'] else ''}: {cp['bytes']:,} B"
+    fig.suptitle(title)
+    fig.savefig(out / "walk-heatmaps.png", dpi=110, bbox_inches="tight")
     close(fig)
     skew = [r for r in res["traffic"] if r["tree"] == "skewed" and r["work"]]
     fig, axes = plt.subplots(
@@ -424,6 +439,7 @@ def plot(res: dict[str, Any], out: Path) -> None:
         share = 100 * work / work.sum()
         ax.bar(range(len(work)), share, color="tab:blue")
         ax.axhline(100 / len(work), color="k", lw=0.8, ls="--")
+        ax.set_xticks(range(len(work)))
         ax.set_title(f"{r['algorithm']} (±{100 * r['imbalance']:.0f} %)", fontsize=9)
         ax.set_xlabel("walker")
     axes[0][0].set_ylabel("% of the entries")

@@ -636,10 +636,7 @@ def bench_walk(
     for name, rate in sorted(sp["rate"].items(), key=lambda kv: -kv[1]):
         t.add_row(name, f"{rate:,.0f}", f"{sp['over_find'][name]:.2f}")
     console.print(t)
-    t = Table(
-        title=f"messages, bytes and balance ({mwalkers} walkers; "
-        f"h-drqs: {mwalkers // 2} × 2 threads)"
-    )
+    t = Table(title=f"messages, bytes and balance ({mwalkers} walkers; h-drqs: 2 threads each)")
     for c in (
         "tree",
         "algorithm",
