@@ -602,6 +602,10 @@ def bench_walk(
     trees: Annotated[
         Path | None, typer.Option(help="Where the generated trees are kept (default OUT/trees).")
     ] = None,
+    testbed: Annotated[
+        str | None,
+        typer.Option(help="Also run part 2 on this testbed profile (root): one walker per host."),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
         "out/bench-walk"
     ),
@@ -627,6 +631,7 @@ def bench_walk(
             cp_max=cp_max,
             checkpoints=checkpoints,
             trees=trees,
+            testbed=testbed,
             note=lambda m: prog.update(task, description=m),
         )
     sp = res["speed"]
@@ -636,7 +641,20 @@ def bench_walk(
     for name, rate in sorted(sp["rate"].items(), key=lambda kv: -kv[1]):
         t.add_row(name, f"{rate:,.0f}", f"{sp['over_find'][name]:.2f}")
     console.print(t)
-    t = Table(title=f"messages, bytes and balance ({mwalkers} walkers; h-drqs: 2 threads each)")
+    _traffic_table(res["traffic"], f"{mwalkers} walkers on this machine")
+    if "traffic_testbed" in res:
+        _traffic_table(res["traffic_testbed"], f"{mwalkers} walkers, one per host of {testbed}")
+    v = res["verify"]
+    console.print(
+        f"verify: {v['checkpoints']} checkpoints, {v['damaged']} damaged; one by one found "
+        f"{v['single_found']} in {v['single_seconds']:.1f} s, the walk ({v['walkers']} walkers) "
+        f"{v['walk_found']} in {v['walk_seconds']:.1f} s; the same set: {v['same']}"
+    )
+    console.print(f"results and plots in {out}")
+
+
+def _traffic_table(rows: list[dict], where: str) -> None:
+    t = Table(title=f"messages, bytes and balance ({where}; h-drqs: 2 threads each)")
     for c in (
         "tree",
         "algorithm",
@@ -649,8 +667,8 @@ def bench_walk(
         "work ±",
     ):
         t.add_column(c, justify="right")
-    cp = {r["tree"]: r for r in res["traffic"] if r["algorithm"] == "cp"}
-    for r in res["traffic"]:
+    cp = {r["tree"]: r for r in rows if r["algorithm"] == "cp"}
+    for r in rows:
         base = cp.get(r["tree"])
         t.add_row(
             r["tree"],
@@ -666,10 +684,3 @@ def bench_walk(
             "-" if r["imbalance"] is None else f"{100 * r['imbalance']:.0f} %",
         )
     console.print(t)
-    v = res["verify"]
-    console.print(
-        f"verify: {v['checkpoints']} checkpoints, {v['damaged']} damaged; one by one found "
-        f"{v['single_found']} in {v['single_seconds']:.1f} s, the walk ({v['walkers']} walkers) "
-        f"{v['walk_found']} in {v['walk_seconds']:.1f} s; the same set: {v['same']}"
-    )
-    console.print(f"results and plots in {out}")
