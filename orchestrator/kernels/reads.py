@@ -24,6 +24,20 @@ def acceptable_delay(agg_app, shuffle):
 
 
 @njit(cache=True)
+def relative_delay(agg_app, ad):
+    """RAD of each aggregator: the rank of its AD, ascending, among its own application's
+    aggregators (ties: the lower aggregator id first) — 0 is the application's slowest.
+    ADs of different applications are not compared (the paper, sec. 4.4)."""
+    idx = np.argsort(ad, kind="mergesort")
+    idx = idx[np.argsort(agg_app[idx], kind="mergesort")]  # by application, then AD, id
+    rad = np.empty(agg_app.size, dtype=np.int64)
+    for i in range(idx.size):
+        g = idx[i]
+        rad[g] = 0 if i == 0 or agg_app[idx[i - 1]] != agg_app[g] else rad[idx[i - 1]] + 1
+    return rad
+
+
+@njit(cache=True)
 def _stable_by(keys, idx):
     """``idx`` reordered by ``keys[idx]``, equal keys keeping their order."""
     return idx[np.argsort(keys[idx], kind="mergesort")]
@@ -52,6 +66,7 @@ def service_orders(
         app[r] = agg_app[agg[r]]
         acc[r] = access[agg[r]]
     ad_agg = acceptable_delay(agg_app, shuffle)
+    rad_agg = relative_delay(agg_app, ad_agg)
     n_app = 0
     for a in agg_app:
         n_app = max(n_app, a + 1)
@@ -82,10 +97,10 @@ def service_orders(
                     rd += read[r]
                 w = _stable_by(app, w)
                 if (rd > 0.0 and sh / rd > threshold) or (rd == 0.0 and sh > 0.0):
-                    ad_req = np.empty(n)  # only w's entries are read
+                    rad_req = np.empty(n, dtype=np.int64)  # only w's entries are read
                     for r in w:
-                        ad_req[r] = ad_agg[agg[r]]
-                    w = _stable_by(ad_req, w)  # RAD: ascending AD, then application
+                        rad_req[r] = rad_agg[agg[r]]
+                    w = _stable_by(rad_req, w)  # by RAD, then application
                 ad = np.empty(w.size)
                 for j in range(w.size):
                     ad[j] = ad_agg[agg[w[j]]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["acceptable_delay", "order", "simulate", "windows"]
+__all__ = ["acceptable_delay", "order", "relative_delay", "simulate", "windows"]
 
 
 def acceptable_delay(app: list[int], shuffle: list[float]) -> list[float]:
@@ -18,6 +18,17 @@ def acceptable_delay(app: list[int], shuffle: list[float]) -> list[float]:
     for a, s in zip(app, shuffle, strict=True):
         worst[a] = max(worst.get(a, s), s)
     return [worst[a] - s for a, s in zip(app, shuffle, strict=True)]
+
+
+def relative_delay(app: list[int], ad: list[float]) -> list[int]:
+    """RAD: each aggregator's rank by AD ascending among its application's aggregators
+    (ties: lower aggregator id first)."""
+    out = [0] * len(app)
+    for a in set(app):
+        mine = sorted((g for g in range(len(app)) if app[g] == a), key=lambda g: (ad[g], g))
+        for rank, g in enumerate(mine):
+            out[g] = rank
+    return out
 
 
 def windows(
@@ -54,6 +65,7 @@ def order(
     app_of = [rs["agg_app"][rs["agg"][r]] for r in range(n_req)]
     access_of = [rs["access"][rs["agg"][r]] for r in range(n_req)]
     ad_agg = acceptable_delay(rs["agg_app"], rs["shuffle"])
+    rad_agg = relative_delay(rs["agg_app"], ad_agg)
     out = []
     for k in range(rs["n_nodes"]):
         queue = sorted(
@@ -70,9 +82,9 @@ def order(
             shuffle = sum(rs["shuffle"][rs["agg"][r]] for r in win)
             read = sum(rs["read"][r] for r in win)
             if (read > 0 and shuffle / read > threshold) or (read == 0 and shuffle > 0):
-                # RAD: the rank of AD ascending, the slowest aggregator (AD 0) first
+                # RAD: each application's slowest aggregator (rank 0) first
                 w = sorted(
-                    win, key=lambda r: (ad_agg[rs["agg"][r]], app_of[r], rs["arrival"][r], r)
+                    win, key=lambda r: (rad_agg[rs["agg"][r]], app_of[r], rs["arrival"][r], r)
                 )
             else:
                 w = sorted(win, key=lambda r: (app_of[r], rs["arrival"][r], r))
