@@ -324,3 +324,15 @@ def test_the_walk_benchmark_runs_and_its_numbers_hold_together(tmp_path) -> None
     real = [r for r in res["traffic"] if r["algorithm"] == "cp" and not r["counted"]]
     assert len(real) == 5 and all(r["entries"] in (3000,) for r in real)
     assert (tmp_path / "b" / "walk-heatmaps.png").stat().st_size > 10_000
+
+
+def test_progress_is_reported_while_a_walk_runs(cluster, tmp_path) -> None:
+    top = tmp_path / "t"
+    make_shape(str(top), "balanced", 1500)
+    seen: list[tuple[int, float]] = []
+    # cp: two Dask messages per entry, slow enough to be watched for a few seconds
+    r = orc.walk(top, cluster=cluster, algorithm="cp", on_progress=lambda n, s: seen.append((n, s)))
+    assert seen, "no progress reported during a walk of several seconds"
+    counts = [n for n, _ in seen]
+    assert counts == sorted(counts) and counts[-1] <= r.entries
+    assert all(s > 0 for _, s in seen)
