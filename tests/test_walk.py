@@ -216,7 +216,7 @@ def test_messages_go_worker_to_worker_and_are_counted(cluster, tmp_path) -> None
     # and counted from the index (what the benchmark does on trees too big to run CP on)
     t = read_index(cp.index)
     kinds = [KINDS.index(k) for k in t.column("kind").to_pylist()]
-    counted = cp_traffic(t.column("path").to_pylist(), kinds, WALKERS)
+    counted = cp_traffic(t.column("path").to_pylist(), kinds, t.column("ino").to_pylist(), WALKERS)
     assert counted == (cp.total_messages, cp.total_bytes)
     assert all(cp.messages[i][j] == 0 for i in range(1, WALKERS) for j in range(1, WALKERS))
 
@@ -277,10 +277,15 @@ def test_bad_roots_and_a_used_index_are_refused(cluster, tmp_path) -> None:
     ]:
         with pytest.raises(InputError, match=what):
             orc.walk(root, cluster=cluster)
-    r = orc.walk(tmp_path, cluster=cluster, index=tmp_path / "idx")
-    assert r.entries >= 3
-    with pytest.raises(InputError, match="already holds"):
+    with pytest.raises(InputError, match="inside the tree"):  # it would list its own parts
         orc.walk(tmp_path, cluster=cluster, index=tmp_path / "idx")
+    (tmp_path / "t").mkdir()
+    r = orc.walk(tmp_path / "t", cluster=cluster, index=tmp_path / "idx")
+    assert r.entries == 1
+    with pytest.raises(InputError, match="already holds"):
+        orc.walk(tmp_path / "t", cluster=cluster, index=tmp_path / "idx")
+    with pytest.raises(InputError, match="not a folder"):
+        orc.walk(tmp_path / "t", cluster=cluster, index=tmp_path / "f")
 
 
 @pytest.mark.parametrize("shape", SHAPES)

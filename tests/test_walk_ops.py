@@ -15,6 +15,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 
 import orchestrator as orc
@@ -273,3 +274,159 @@ def test_cli_refuses_bad_options_by_name(tmp_path, argv, message) -> None:
     )
     assert run.returncode == 2, (run.stdout, run.stderr)
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+# --- what a hostile probe found (each test failed before its fix) ---
+
+
+def _old_checkpoint(templates, at: Path, days: float = 10.0) -> Path:
+    place(templates["hdf5"], at)
+    old = time.time() - days * 86400
+    os.utime(at, (old, old))
+    return at
+
+
+@pytest.mark.parametrize("which", ["the folder itself", "a folder on its path"])
+def test_a_folder_swapped_for_a_link_mid_walk_is_not_followed(cluster, templates, tmp_path, which):
+    """A hostile user swaps a queued folder (or its parent) for a link to somewhere else
+    between its listing and its walk: delete --apply must not touch what the link leads
+    to, and the index says what happened."""
+    from orchestrator.treewalk.lister import inject
+
+    top = tmp_path / "tree"
+    outside = tmp_path / "outside"
+    for d in (top / "s1" / "sub", outside / "sub"):
+        d.mkdir(parents=True)
+    _old_checkpoint(templates, top / "s1" / "sub" / "mine.h5")
+    precious = [_old_checkpoint(templates, outside / "sub" / f"p{i}.h5") for i in range(3)]
+    precious += [_old_checkpoint(templates, outside / f"q{i}.h5") for i in range(3)]
+    queued = str(top / "s1" / "sub")
+    swap = (
+        {queued: (queued, str(outside))}
+        if which == "the folder itself"
+        else {queued: (str(top / "s1"), str(outside))}
+    )
+    cluster.client.run(inject, swap=swap)
+    try:
+        r = orc.walk(
+            top,
+            op=Delete(str(top), older_than=86400, apply=True),
+            cluster=cluster,
+            algorithm="drqs",
+            walkers=2,
+        )
+    finally:
+        cluster.client.run(inject)
+    assert all(p.exists() for p in precious), "a file outside the tree was deleted"
+    t = read_index(r.index).to_pandas().set_index("path")
+    assert "replaced" in t.loc[queued, "error"]
+    assert r.total("replaced") == 1
+
+
+def test_copy_refuses_a_dest_that_leads_into_the_tree_and_an_op_for_another_tree(tmp_path):
+    src = tmp_path / "src"
+    (src / "inbox").mkdir(parents=True)
+    (tmp_path / "clink").symlink_to(src / "inbox")
+    with pytest.raises(InputError, match="inside the tree"):
+        Copy(str(src), str(tmp_path / "clink"))
+    (tmp_path / "plink").symlink_to(src)
+    with pytest.raises(InputError, match="inside the tree"):
+        Copy(str(src), str(tmp_path / "plink" / "archive"))
+    with pytest.raises(InputError, match="op is for the tree"):
+        orc.walk(
+            src,
+            op=Copy(str(src / "inbox"), str(tmp_path / "d")),
+            cluster=object.__new__(type("C", (), {"client": None})),
+        )
+
+
+def test_delete_keeps_what_only_looks_like_a_checkpoint(cluster, templates, tmp_path):
+    """A folder holding a master.h5 that is the user's, an HDF5 file (netCDF-4 is one)
+    that no stage wrote: kept, however old."""
+    import h5py
+
+    top = tmp_path / "t"
+    proj = top / "my_project"
+    proj.mkdir(parents=True)
+    (proj / "master.h5").write_text("my notes")
+    (proj / "thesis.tex").write_text("chapter 1")
+    with h5py.File(top / "results.nc", "w") as f:
+        f["x"] = np.arange(3)
+    ours = _old_checkpoint(templates, top / "old.h5")
+    for p in (proj, proj / "master.h5", proj / "thesis.tex", top / "results.nc"):
+        os.utime(p, (1e9, 1e9))
+    orc.walk(top, op=Delete(str(top), older_than=86400, apply=True), cluster=cluster)
+    assert (proj / "thesis.tex").exists() and (top / "results.nc").exists()
+    assert not ours.exists()
+
+
+def test_delete_apply_rows_say_deleted_not_vanished(cluster, templates, tmp_path):
+    top = tmp_path / "t"
+    top.mkdir()
+    z = top / "old.zarr"
+    shutil.copytree(templates["zarr"], z)
+    os.utime(z, (1e9, 1e9))
+    r = orc.walk(top, op=Delete(str(top), older_than=86400, apply=True), cluster=cluster)
+    t = read_index(r.index).to_pandas().set_index("path")
+    assert t.loc[str(z), "result"] == "deleted" and pd.isna(t.loc[str(z), "error"])
+    assert r.total("vanished") == 0 and not z.exists()
+
+
+def test_no_hang_on_a_fifo_and_no_failure_on_a_vanished_piece(tmp_path):
+    from orchestrator.treewalk.ops import open_regular
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        open_regular(str(fifo))  # a blocking open would wait for a writer for ever
+    link = tmp_path / "link"
+    link.symlink_to(fifo)
+    with pytest.raises(OSError):
+        open_regular(str(link))
+    op = Copy(str(tmp_path / "src"), str(tmp_path / "dst"), chunk=4096)
+    assert op.item(("piece", str(tmp_path / "gone"), str(tmp_path / "x"), 0, 4096)) == []
+    assert op.summary()["failed"] and "gone" in op.summary()["failed"][0]
+
+
+def test_results_quoting_a_name_that_is_not_utf8(cluster, tmp_path):
+    top = tmp_path / "t"
+    top.mkdir()
+    os.mkdir(os.fsencode(top) + b"/d\xfe.zarr")
+    r = orc.walk(top, lambda p, kind: p, cluster=cluster)
+    t = read_index(r.index).to_pandas()
+    assert sorted(t["result"].dropna()) == sorted([str(top), f"{top}/d\\xfe.zarr"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"algorithm": ["drqs"]}, "algorithm"),
+        ({"hosts": 5}, "hosts"),
+        ({"index": 123}, "index"),
+        ({"index": ""}, "index"),
+        ({"cluster": "x"}, "cluster"),
+        ({"stat": "no"}, "stat"),
+        ({"seed": 2**63}, "seed"),
+    ],
+)
+def test_api_refuses_bad_types_by_name(tmp_path, kwargs, field):
+    with pytest.raises(InputError, match=field):
+        orc.walk(tmp_path, **kwargs)
+
+
+def test_a_callback_that_cannot_reach_the_walkers_is_named(cluster, tmp_path):
+    import threading as th
+
+    lock = th.Lock()
+    with pytest.raises(InputError, match="must pickle"):
+        orc.walk(tmp_path, lambda p, k: lock, cluster=cluster)
+
+
+def test_a_root_through_a_link_and_dotdot_is_what_the_kernel_says(cluster, tmp_path):
+    (tmp_path / "real" / "x").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "lnk").symlink_to(tmp_path / "real" / "x")
+    r = orc.walk(f"{tmp_path}/other/lnk/..", cluster=cluster, walkers=2)
+    assert r.root == str(tmp_path / "real")  # as `ls other/lnk/..` shows it
+    r = orc.walk(tmp_path, cluster=cluster, walkers=2, threads=256)
+    assert r.entries >= 5

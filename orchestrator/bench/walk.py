@@ -233,7 +233,8 @@ def _traffic_on(
                 t = read_index(where)
                 paths = t.column("path").to_pylist()
                 kinds = [KINDS.index(k) for k in t.column("kind").to_pylist()]
-                msgs, nbytes = cp_traffic(paths, kinds, mwalkers)
+                inodes = t.column("ino").to_pylist()
+                msgs, nbytes = cp_traffic(paths, kinds, inodes, mwalkers)
                 rows.append(
                     {
                         **_walk_row(r, shape, "cp", mwalkers),

@@ -87,7 +87,7 @@ def walk_cmd(
         int | None, typer.Option(min=1, max=256, help="h-drqs: threads per walker (4).")
     ] = None,
     index: Annotated[
-        Path | None, typer.Option(help="Folder for the index (default: a new temporary one).")
+        str | None, typer.Option(help="Folder for the index (default: a new temporary one).")
     ] = None,
     scheduler_file: Annotated[
         str | None, typer.Option(help="Walk on this running cluster instead of an embedded one.")
@@ -107,6 +107,8 @@ def walk_cmd(
 
     if not path.strip():
         raise InputError("PATH is empty; give a folder")
+    if index is not None and not index.strip():  # a Path would read "" as ".", here
+        raise InputError("--index is empty; give a folder (or leave it out)")
     operation = _operation(op, str(Path(path).absolute()), dest, older_than, keep_latest, apply)
     shown = [0.0]
 
@@ -162,9 +164,15 @@ def _print(result: Any, op: Any) -> None:
         f"{result.total_messages:,} messages, {result.total_bytes:,} bytes between walkers; "
         f"work within ±{100 * result.imbalance():.0f} % of the mean"
     )
-    reported = {k: result.total(k) for k in ("links", "hard_links", "unreadable", "vanished")}
+    keys = ("links", "hard_links", "unreadable", "vanished", "replaced")
+    reported: dict[str, Any] = {k: result.total(k) for k in keys}
+    if not op.stat:  # a hard link shows only in lstat's st_nlink
+        reported["hard_links"] = "not counted without stat"
     console.print(
-        ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in reported.items())
+        ", ".join(
+            f"{k.replace('_', ' ')}: {v:,}" if isinstance(v, int) else f"{k.replace('_', ' ')}: {v}"
+            for k, v in reported.items()
+        )
         + " (links never followed; the index's error column says why)"
     )
     summaries = [w["op"] for w in result.walkers]

@@ -12,6 +12,7 @@ Examples
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 import time
@@ -107,20 +108,23 @@ def _check(
 ) -> tuple[str, int | None]:
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise InputError(f"path must name a folder, got {path!r}")
-    p = os.path.abspath(os.fspath(path))
+    given = os.fspath(path)
     try:
-        mode = os.lstat(p).st_mode
-    except OSError as err:
-        raise InputError(f"path {p!r} cannot be walked: {err.strerror}") from None
+        mode = os.lstat(given).st_mode  # the kernel's reading: "a/link/.." is link's parent
+    except (OSError, ValueError) as err:
+        why = getattr(err, "strerror", None) or err
+        raise InputError(f"path {given!r} cannot be walked: {why}") from None
     if stat.S_ISLNK(mode):
         raise InputError(
-            f"path {p!r} is a symbolic link; give the folder it names (links are never followed)"
+            f"path {given!r} is a symbolic link; give the folder it names (links are never "
+            "followed)"
         )
     if not stat.S_ISDIR(mode):
-        raise InputError(f"path {p!r} is not a folder")
-    if algorithm not in ALGORITHMS:
+        raise InputError(f"path {given!r} is not a folder")
+    p = os.path.realpath(given)  # as the kernel resolves it, not as text
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise InputError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
-    if threads is not None and (not is_int(threads, 1, 256)):
+    if threads is not None and (not is_int(threads, 1, 257)):
         raise InputError(f"threads must be a whole number in [1, 256], got {threads!r}")
     fixed = ALGORITHMS[algorithm][2]
     if threads is not None and fixed is not None and threads != fixed:
@@ -128,16 +132,32 @@ def _check(
             f"threads={threads!r} is for h-drqs; {algorithm} runs one thread per walker"
         )
     if walkers is not None and not is_int(walkers, 1, 1 << 16):
-        raise InputError(f"walkers must be a whole number >= 1, got {walkers!r}")
+        raise InputError(f"walkers must be a whole number in [1, 65535], got {walkers!r}")
     if algorithm.startswith("cp") and walkers is not None and walkers < 2:
         raise InputError(f"walkers must be >= 2 for cp (a master and a slave), got {walkers!r}")
-    if not is_int(seed, 0, 2**63 - 1):
-        raise InputError(f"seed must be a whole number >= 0, got {seed!r}")
+    if not is_int(seed, 0, 2**63):
+        raise InputError(f"seed must be a whole number in [0, 2**63), got {seed!r}")
     if hosts is not None and (
-        isinstance(hosts, (str, bytes)) or not all(isinstance(h, str) and h for h in hosts)
+        not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) and h for h in hosts)
     ):
         raise InputError(f"hosts must be a sequence of host names, one per walker, got {hosts!r}")
     return p, threads if fixed is None else fixed
+
+
+def _check_places(root: str, op: Operation, index: Any) -> None:
+    """An operation bound to a tree walks that tree; the index is kept out of the tree
+    (and out of a copy's DEST): a walk would list its own parts, a copy would hold them."""
+    bound = getattr(op, "root", None)
+    if bound is not None and os.path.realpath(bound) != root:
+        raise InputError(f"op is for the tree {bound!r}, not {root!r}")
+    if index is None:
+        return
+    where = os.path.realpath(os.fspath(index))
+    for name, top in (("the tree", root), ("DEST", getattr(op, "dest", None))):
+        if top is not None and (where == top or where.startswith(top.rstrip("/") + "/")):
+            raise InputError(f"index {os.fspath(index)!r} is inside {name} ({top})")
+    if os.path.lexists(where) and not os.path.isdir(where):
+        raise InputError(f"index {os.fspath(index)!r} exists and is not a folder")
 
 
 def walk(
@@ -208,6 +228,12 @@ def walk(
     1
     """
     root, nthreads = _check(path, algorithm, threads, walkers, seed, hosts)
+    if not isinstance(stat, bool):
+        raise InputError(f"stat must be True or False, got {stat!r}")
+    if index is not None and (not isinstance(index, (str, os.PathLike)) or not os.fspath(index)):
+        raise InputError(f"index must name a folder, got {index!r}")
+    if cluster is not None and not hasattr(cluster, "client"):
+        raise InputError(f"cluster must be an IOCluster (local_cluster, connect), got {cluster!r}")
     if callback is not None and op is not None:
         raise InputError("give either callback or op, not both")
     if callback is not None and not callable(callback):
@@ -217,6 +243,7 @@ def walk(
     if on_progress is not None and not callable(on_progress):
         raise InputError(f"on_progress must be callable, got {on_progress!r}")
     operation = Callback(callback, stat=stat) if callback is not None else op or Operation(stat)
+    _check_places(root, operation, index)
     if cluster is None:
         from ..engine.cluster import local_cluster
 
@@ -241,6 +268,7 @@ def _walk(
     hosts: Sequence[str] | None,
     on_progress: Callable[[int, float], Any] | None,
 ) -> WalkResult:
+    import cloudpickle
     from distributed.comm import get_address_host
 
     cluster.refresh()
@@ -256,6 +284,7 @@ def _walk(
     if hosts is not None and len(hosts) != n:
         raise InputError(f"hosts must name one host per walker ({n}), got {len(hosts)}")
     where = tuple(hosts) if hosts is not None else tuple(get_address_host(a) for a in addresses)
+    made = index is None
     folder = (
         os.path.abspath(os.fspath(index))
         if index is not None
@@ -267,6 +296,7 @@ def _walk(
     split, victims, _ = ALGORITHMS[algorithm]
     walk_id = uuid.uuid4().hex
     client = cluster.client
+    st = os.lstat(root)
     specs = [
         WalkerSpec(
             walk_id,
@@ -274,6 +304,8 @@ def _walk(
             addresses,
             where,
             root,
+            st.st_ino,
+            st.st_dev,
             algorithm,
             split or "random",
             victims or "random",
@@ -284,20 +316,28 @@ def _walk(
         )
         for r in range(n)
     ]
+    try:
+        cloudpickle.dumps(op)  # what Dask sends it with
+    except Exception as err:  # a lambda in a closure, a lock: the walkers could not get it
+        _discard(folder, made)
+        raise InputError(
+            f"the callback (or op) must pickle to reach the walkers: {type(err).__name__}: {err}"
+        ) from None
     client.run(open_mailbox, walk_id, workers=list(addresses))
     start = time.time()  # the walkers stamp their ends with the same (machine's) clock
-    futures = [
-        client.submit(
-            run_walker,
-            s,
-            workers=[s.addresses[s.rank]],
-            allow_other_workers=False,
-            pure=False,
-            key=f"iorch-walk-{walk_id}-{s.rank}",
-        )
-        for s in specs
-    ]
+    futures: list[Any] = []
     try:
+        for s in specs:
+            futures.append(
+                client.submit(
+                    run_walker,
+                    s,
+                    workers=[s.addresses[s.rank]],
+                    allow_other_workers=False,
+                    pure=False,
+                    key=f"iorch-walk-{walk_id}-{s.rank}",
+                )
+            )
         checked = time.monotonic()
         while True:
             states = [f.status for f in futures]
@@ -322,11 +362,12 @@ def _walk(
                     on_progress(sum(counts.values()), time.time() - start)
         results = client.gather(futures)
     except BaseException:
-        _stop(client, walk_id, futures)
+        _stop(client, walk_id, futures, addresses)
+        _discard(folder, made)
         raise
     finally:
         try:
-            client.run(close_mailbox, walk_id, workers=list(addresses), on_error="ignore")
+            client.run(close_mailbox, walk_id, workers=_live(client, addresses), on_error="ignore")
         except (OSError, ClusterError):
             pass
     seconds = max(w["end"] for w in results) - start
@@ -345,14 +386,30 @@ def _why(future: Any, addresses: Sequence[str], futures: list[Any]) -> str:
     return f"walker {rank} ({addresses[rank]}) failed: {type(err).__name__}: {err}"
 
 
-def _stop(client: Any, walk_id: str, futures: list[Any]) -> None:
-    """Tell every walker to stop and wait for their tasks to end (a walker never outlives
-    the call that started it)."""
+def _live(client: Any, addresses: Sequence[str]) -> list[str]:
+    """The walkers' workers still in the cluster (``Client.run`` on a dead one waits out a
+    30 s connect timeout)."""
+    try:
+        live = set(client.scheduler_info(n_workers=-1)["workers"])
+    except Exception:  # the scheduler is going: nobody to reach
+        return []
+    return [a for a in addresses if a in live]
+
+
+def _discard(folder: str, made: bool) -> None:
+    """A failed walk leaves no index folder it made itself."""
+    if made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop(client: Any, walk_id: str, futures: list[Any], addresses: Sequence[str]) -> None:
+    """Tell every live walker to stop and wait for their tasks to end (a walker never
+    outlives the call that started it)."""
     from distributed import wait
 
     try:
-        client.run(abort, walk_id, on_error="ignore")
-        wait(futures, timeout=10)
+        client.run(abort, walk_id, workers=_live(client, addresses), on_error="ignore")
+        wait(futures, timeout=5)
         client.cancel(futures)
     except Exception:  # the cluster itself is going: nothing left to stop
         pass

@@ -51,6 +51,7 @@ def _schema(stat: bool, results: bool) -> Any:
         pa.field("path", pa.string()),
         pa.field("kind", pa.dictionary(pa.int8(), pa.string())),
         pa.field("walker", pa.int32()),
+        pa.field("ino", pa.int64()),  # a folder's inode (files: null; with stat: st_ino)
     ]
     if stat:
         fields += [
@@ -110,6 +111,7 @@ class IndexPart:
         self.modes: list[int | None] = []
         self.nlinks: list[int | None] = []
         self.verdicts: dict[int, str] = {}  # row within the batch -> result
+        self.inodes: dict[int, int] = {}  # row within the batch -> a folder's inode
         self.errors: dict[int, str] = {}  # row within the batch -> error
 
     def add(
@@ -123,8 +125,11 @@ class IndexPart:
         nlink: int | None = None,
         result: str | None = None,
         error: str | None = None,
+        ino: int | None = None,
     ) -> None:
         """One row (the walker's hot loop appends to the column lists directly)."""
+        if ino is not None:
+            self.inodes[len(self.paths)] = ino
         if error is not None:
             self.errors[len(self.paths)] = error
         if result is not None:
@@ -156,7 +161,12 @@ class IndexPart:
         kinds = pa.DictionaryArray.from_arrays(
             pa.array(self.kinds, pa.int8()), pa.array(KINDS, pa.string())
         )
-        columns: list[Any] = [paths, kinds, pa.array(np.full(n, self.rank, np.int32))]
+        columns: list[Any] = [
+            paths,
+            kinds,
+            pa.array(np.full(n, self.rank, np.int32)),
+            _sparse(self.inodes, n, pa.int64()),
+        ]
         if self.stat:
             columns += [
                 pa.array(self.sizes, pa.int64()),
@@ -188,15 +198,26 @@ class IndexPart:
         return self.rows
 
 
-def _sparse(values: dict[int, str], n: int) -> Any:
+def _sparse(values: dict[int, Any], n: int, kind: Any = None) -> Any:
     import pyarrow as pa
 
+    kind = pa.string() if kind is None else kind
     if not values:
-        return pa.nulls(n, pa.string())
-    column: list[str | None] = [None] * n
+        return pa.nulls(n, kind)
+    column: list[Any] = [None] * n
     for i, v in values.items():
         column[i] = v
-    return pa.array(column, pa.string())
+    if kind == pa.string():  # verdicts and errors may quote a name that is not UTF-8
+        column = [_escaped(v) if v is not None else None for v in column]
+    return pa.array(column, kind)
+
+
+def _escaped(text: str) -> str:
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _utf8(paths: list[str], errors: dict[int, str]) -> Any:

@@ -19,7 +19,9 @@ Examples
 >>> os.mkdir(os.path.join(top, "sub")); open(os.path.join(top, "a"), "w").close()
 >>> part = IndexPart(os.path.join(tempfile.mkdtemp(), "p.parquet"), 0, stat=False)
 >>> tally = Tally()
->>> [os.path.basename(d) for d in list_item(top, part, tally)]
+>>> st = os.lstat(top)
+>>> items = list_item(dir_item(top, st.st_ino), part, tally, dev=st.st_dev)
+>>> [os.path.basename(d[1]) for d in items]
 ['sub']
 >>> tally.entries, part.kinds  # the folder itself and its file
 (2, [0, 1])
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from .index import IndexPart
     from .operations import Operation
 
-__all__ = ["Tally", "entry_item", "inject", "list_for_master", "list_item"]
+__all__ = ["Tally", "dir_item", "entry_item", "inject", "list_for_master", "list_item"]
 
 
 #: faults the tests inject for real (set in a worker with :func:`inject`): a folder in
@@ -47,21 +49,39 @@ __all__ = ["Tally", "entry_item", "inject", "list_for_master", "list_item"]
 _FAULTS: dict[str, set[str]] = {}
 
 
-def inject(vanish: set[str] | None = None, deny: set[str] | None = None) -> None:
-    """Set (or with no arguments, clear) the faults of this process's listings.
+_SWAPS: dict[str, tuple[str, str]] = {}
+
+
+def inject(
+    vanish: set[str] | None = None,
+    deny: set[str] | None = None,
+    swap: dict[str, tuple[str, str]] | None = None,
+) -> None:
+    """Set (or with no arguments, clear) the faults of this process's listings. ``swap``
+    maps a folder to ``(folder on its path, target)``: just before the folder is opened,
+    that folder is moved aside and a link to ``target`` put in its place — a real swap,
+    as a hostile user racing the walk makes one.
 
     Examples
     --------
     >>> inject(deny={"/nowhere"}); inject()
     """
     _FAULTS.clear()
+    _SWAPS.clear()
     if vanish:
         _FAULTS["vanish"] = set(vanish)
     if deny:
         _FAULTS["deny"] = set(deny)
+    if swap:
+        _SWAPS.update(swap)
+        _FAULTS["swap"] = set(swap)
 
 
 def _inject(path: str) -> None:
+    if path in _FAULTS.get("swap", ()):
+        folder, target = _SWAPS[path]
+        os.rename(folder, folder + ".moved")
+        os.symlink(target, folder)
     if path in _FAULTS.get("vanish", ()):
         import shutil
 
@@ -81,6 +101,7 @@ class Tally:
     hard_links: int = 0
     unreadable: int = 0
     vanished: int = 0
+    replaced: int = 0
     results: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -92,88 +113,133 @@ def _gone(err: OSError) -> bool:
     return err.errno in (errno.ENOENT, errno.ENOTDIR)
 
 
-def list_item(path: str, part: IndexPart, tally: Tally, op: Operation | None = None) -> list[Any]:
-    """List the directory ``path`` into ``part``: its own row and one per entry.
+def dir_item(path: str, ino: int) -> tuple[str, str, int]:
+    """A folder to walk, with the inode it had when its parent was listed."""
+    return ("d", path, int(ino))
 
-    Returns the items to queue: its subdirectories (not links), minus those the
-    operation keeps the walk out of, plus any items the operation adds (chunks of
-    a large file to copy).
-    """
-    if op is not None and op.hooked:
-        return _list_for(op, path, part, tally)
-    stat_rows = part.stat
+
+def _open(item: Any, dev: int, part: IndexPart, tally: Tally) -> tuple[int, os.stat_result] | None:
+    """Open a queued folder without following a link, and check it is still the folder
+    that was listed: a folder swapped for a link (to anywhere) since — or any folder on
+    its path swapped, so that the path now leads elsewhere — has another inode or
+    device. ``None`` (and a row saying why) if it cannot be walked."""
+    _, path, ino = item
     tally.entries += 1
     try:
         if _FAULTS:
             _inject(path)
-        own = os.lstat(path) if stat_rows else None
-        it = os.scandir(path)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
-        part.add(path, DIR, error=_why(err, tally))
-        return []
+        if err.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
+            # the folder is a link now (O_NOFOLLOW says ELOOP, or ENOTDIR with O_DIRECTORY)
+            tally.replaced += 1
+            part.add(path, LINK, error="replaced by a link during the walk: not followed")
+        else:
+            part.add(path, DIR, error=_why(err, tally))
+        return None
+    own = os.fstat(fd)
+    if own.st_dev != dev or own.st_ino != ino:
+        os.close(fd)
+        if own.st_dev != dev:
+            tally.unreadable += 1
+            why = "another file system: not walked"
+        else:
+            tally.replaced += 1
+            why = "replaced during the walk (its path leads elsewhere now): not walked"
+        part.add(path, DIR, error=why)
+        return None
     tally.directories += 1
-    _row(part, path, DIR, own)
-    dirs: list[str] = []
+    return fd, own
+
+
+def list_item(
+    item: Any, part: IndexPart, tally: Tally, op: Operation | None = None, dev: int = 0
+) -> list[Any]:
+    """List a queued folder (:func:`dir_item`) into ``part``: its own row and one per
+    entry. ``dev`` is the walk's file system.
+
+    Returns the items to queue: its subfolders (not links), minus those the operation
+    keeps the walk out of, plus any items the operation adds (pieces of a large file).
+    """
+    opened = _open(item, dev, part, tally)
+    if opened is None:
+        return []
+    fd, own = opened
+    path = item[1]
+    try:
+        if op is not None and op.hooked:
+            return _list_for(op, path, fd, own, part, tally)
+        return _list(path, fd, own, part, tally)
+    finally:
+        os.close(fd)
+
+
+def _list(path: str, fd: int, own: os.stat_result, part: IndexPart, tally: Tally) -> list[Any]:
+    stat_rows = part.stat
+    _row(part, path, DIR, own, ino=own.st_ino)
+    base = path if path.endswith("/") else path + "/"
+    dirs: list[Any] = []
     paths, kinds = part.paths, part.kinds  # the hot loop appends to the columns itself
     n = 0
-    with it:
+    with os.scandir(fd) as it:
         for e in _entries(it, path, part, tally):
+            p = base + e.name
             try:
                 if e.is_dir(follow_symlinks=False):
-                    dirs.append(e.path)
+                    dirs.append(("d", p, e.inode()))
                     continue
                 kind = _kind(e, tally)
                 if stat_rows:
                     s = e.stat(follow_symlinks=False)
             except OSError as err:  # gone before its lstat
-                part.add(e.path, OTHER, error=_why(err, tally))
+                part.add(p, OTHER, error=_why(err, tally))
                 n += 1
                 continue
             n += 1
             if stat_rows:
-                _row(part, e.path, kind, s)
+                _row(part, p, kind, s)
                 if kind == FILE and s.st_nlink > 1:
                     tally.hard_links += 1
             else:
-                paths.append(e.path)
+                paths.append(p)
                 kinds.append(kind)
     tally.entries += n
     return dirs
 
 
-def list_for_master(path: str, part: IndexPart, tally: Tally) -> list[Any]:
+def list_for_master(item: Any, part: IndexPart, tally: Tally, dev: int = 0) -> list[Any]:
     """CP's listing (Algorithm 1): the folder's own row here, and every entry returned
-    to the master as an item — a subfolder as its path, anything else as ``(path,
-    kind)``, whose row is written by the walker the master hands it to
+    to the master as an item — a subfolder as :func:`dir_item`, anything else as
+    ``("e", path, kind)``, whose row is written by the walker the master hands it to
     (:func:`entry_item`)."""
-    tally.entries += 1
-    try:
-        if _FAULTS:
-            _inject(path)
-        own = os.lstat(path) if part.stat else None
-        it = os.scandir(path)
-    except OSError as err:
-        part.add(path, DIR, error=_why(err, tally))
+    opened = _open(item, dev, part, tally)
+    if opened is None:
         return []
-    tally.directories += 1
-    _row(part, path, DIR, own)
+    fd, own = opened
+    path = item[1]
+    base = path if path.endswith("/") else path + "/"
+    _row(part, path, DIR, own if part.stat else None, ino=own.st_ino)
     out: list[Any] = []
-    with it:
-        for e in _entries(it, path, part, tally):
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    out.append(e.path)
-                    continue
-                out.append((e.path, _kind(e, tally)))
-            except OSError as err:
-                part.add(e.path, OTHER, error=_why(err, tally))
-                tally.entries += 1
+    try:
+        with os.scandir(fd) as it:
+            for e in _entries(it, path, part, tally):
+                p = base + e.name
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        out.append(("d", p, e.inode()))
+                        continue
+                    out.append(("e", p, _kind(e, tally)))
+                except OSError as err:
+                    part.add(p, OTHER, error=_why(err, tally))
+                    tally.entries += 1
+    finally:
+        os.close(fd)
     return out
 
 
-def entry_item(item: tuple[str, int], part: IndexPart, tally: Tally) -> None:
+def entry_item(item: Any, part: IndexPart, tally: Tally) -> None:
     """CP: one entry that is not a folder, handed out by the master: its row."""
-    path, kind = item
+    _, path, kind = item
     tally.entries += 1
     if not part.stat:
         part.add(path, int(kind))
@@ -208,57 +274,63 @@ def _kind(e: os.DirEntry[str], tally: Tally) -> int:
     return OTHER
 
 
-def _list_for(op: Operation, path: str, part: IndexPart, tally: Tally) -> list[Any]:
+def _list_for(
+    op: Operation, path: str, fd: int, own: os.stat_result, part: IndexPart, tally: Tally
+) -> list[Any]:
     """The listing of an operation that looks at entries (verify, copy, delete): the
-    entries are gathered first, the operation says what it did with them, and the rows
-    carry its verdicts. Operations do real I/O per entry; this path need not be lean."""
-    tally.entries += 1
-    try:
-        if _FAULTS:
-            _inject(path)
-        own = os.lstat(path)
-        it = os.scandir(path)
-    except OSError as err:
-        part.add(path, DIR, error=_why(err, tally))
-        return []
-    tally.directories += 1
+    entries are gathered first, the operation says what it did with them (relative to
+    the open folder, ``dir_fd``), and the rows carry its verdicts. Operations do real
+    I/O per entry; this path need not be lean."""
+    base = path if path.endswith("/") else path + "/"
     dirs: list[str] = []
+    inodes: dict[str, int] = {}
     entries: list[tuple[str, int, os.stat_result | None]] = []
-    with it:
+    with os.scandir(fd) as it:
         for e in _entries(it, path, part, tally):
+            p = base + e.name
             try:
                 if e.is_dir(follow_symlinks=False):
-                    dirs.append(e.path)
+                    dirs.append(p)
+                    inodes[p] = e.inode()
                     continue
                 kind = _kind(e, tally)
                 s = e.stat(follow_symlinks=False) if op.stat else None
             except OSError as err:
-                part.add(e.path, OTHER, error=_why(err, tally))
+                part.add(p, OTHER, error=_why(err, tally))
                 tally.entries += 1
                 continue
-            entries.append((e.path, kind, s))
-    visit = op.directory(path, own, dirs, entries)
-    _row(part, path, DIR, own, visit.results.get(path))
+            entries.append((p, kind, s))
+    visit = op.directory(path, own, dirs, entries, dir_fd=fd)
+    _row(part, path, DIR, own, visit.results.get(path), ino=own.st_ino)
     for p in dirs:
         if p in visit.pruned:  # not walked into: its row is written here
+            tally.entries += 1
+            verdict = visit.results.get(p)
             try:
                 s = os.lstat(p) if part.stat else None
             except OSError as err:
-                part.add(p, DIR, error=_why(err, tally))
+                if verdict is not None:  # the operation removed it: its verdict says so
+                    part.add(p, DIR, result=verdict)
+                else:
+                    part.add(p, DIR, error=_why(err, tally))
                 continue
-            _row(part, p, DIR, s, visit.results.get(p))
-            tally.entries += 1
+            _row(part, p, DIR, s, verdict)
     for p, kind, s in entries:
         _row(part, p, kind, s, visit.results.get(p))
         if kind == FILE and s is not None and s.st_nlink > 1:
             tally.hard_links += 1
     tally.entries += len(entries)
     tally.results += len(visit.results)
-    return [d for d in dirs if d not in visit.pruned] + list(visit.items)
+    return [("d", d, inodes[d]) for d in dirs if d not in visit.pruned] + list(visit.items)
 
 
 def _row(
-    part: IndexPart, path: str, kind: int, s: os.stat_result | None, result: str | None = None
+    part: IndexPart,
+    path: str,
+    kind: int,
+    s: os.stat_result | None,
+    result: str | None = None,
+    ino: int | None = None,
 ) -> None:
     if part.stat and s is not None:
         part.add(
@@ -269,9 +341,10 @@ def _row(
             mode=s.st_mode,
             nlink=s.st_nlink,
             result=result,
+            ino=ino,
         )
     else:
-        part.add(path, kind, result=result)
+        part.add(path, kind, result=result, ino=ino)
 
 
 def _why(err: OSError, tally: Tally) -> str:

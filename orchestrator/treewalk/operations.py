@@ -71,9 +71,12 @@ class Operation:
         own: os.stat_result | None,
         dirs: list[str],
         entries: list[Entry],
+        dir_fd: int | None = None,
     ) -> Visit:
         """Act on one directory's entries (``dirs``: its subdirectories; ``entries``:
-        everything else). Runs on the walker that listed it."""
+        everything else). Runs on the walker that listed it; ``dir_fd`` is the folder,
+        open: act relative to it (``unlink(name, dir_fd=...)``), never by a path that a
+        link swapped in meanwhile could lead elsewhere."""
         return Visit()
 
     def item(self, item: Any) -> list[Any]:
@@ -119,6 +122,7 @@ class Callback(Operation):
         own: os.stat_result | None,
         dirs: list[str],
         entries: list[Entry],
+        dir_fd: int | None = None,
     ) -> Visit:
         """Call the callback on each entry."""
         out = Visit()

@@ -29,6 +29,17 @@ __all__ = ["Checksum", "Copy", "Delete", "Verify"]
 KEEP = 1000
 
 
+def open_regular(name: str, dir_fd: int | None = None) -> int:
+    """Open a regular file for reading, never a link (``O_NOFOLLOW``) and never blocking
+    on a FIFO swapped in since the listing (``O_NONBLOCK``, then ``fstat``)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a regular file (replaced during the walk)", name)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _candidate(path: str) -> bool:
     from ..engine.backends import looks_like_checkpoint
 
@@ -74,7 +85,9 @@ class Verify(Operation):
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         return f"damaged: {bad[0]}{more}"
 
-    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+    def directory(
+        self, path: str, own: Any, dirs: list[str], entries: list[Entry], dir_fd: int | None = None
+    ) -> Visit:
         """Verify the checkpoints among the entries; stay out of checkpoint folders."""
         out = Visit()
         if _candidate(path):  # only the walk's root can get here being one
@@ -119,26 +132,30 @@ class Checksum(Operation):
         """``checksum``."""
         return "checksum"
 
-    def crc(self, path: str) -> str:
-        """The file's CRC-32, read in blocks."""
+    def crc(self, path: str, dir_fd: int | None = None) -> str:
+        """The file's CRC-32, read in blocks (``path`` relative to ``dir_fd`` if given)."""
         from ..engine.checksums import crc32
 
+        name = os.path.basename(path) if dir_fd is not None else path
+        fd = open_regular(name, dir_fd)
         value = 0
-        with open(path, "rb", buffering=0) as f:
+        with open(fd, "rb", buffering=0) as f:
             while chunk := f.read(self.block):
                 value = crc32(chunk, value)
                 self.nbytes += len(chunk)
         return f"{value & 0xFFFFFFFF:08x}"
 
-    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+    def directory(
+        self, path: str, own: Any, dirs: list[str], entries: list[Entry], dir_fd: int | None = None
+    ) -> Visit:
         """Checksum each regular file (a file gone meanwhile says so)."""
         out = Visit()
         for p, kind, _ in entries:
             if kind == FILE:
                 try:
-                    out.results[p] = self.crc(p)
+                    out.results[p] = self.crc(p, dir_fd)
                 except OSError as err:
-                    out.results[p] = f"unreadable: {err.strerror}"
+                    out.results[p] = f"unreadable: {err.strerror or err}"
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -146,11 +163,29 @@ class Checksum(Operation):
         return {"bytes": self.nbytes}
 
 
+def _ours(path: str) -> bool:
+    """A checkpoint a stage of ours wrote: its manifest reads and checks. What merely
+    looks like one (any HDF5 file, a netCDF-4 file, a folder holding a master.h5) is the
+    user's, and never deleted."""
+    from ..engine.backends import read_checked_manifest
+
+    if not _candidate(path):
+        return False
+    try:
+        read_checked_manifest(path)
+    except Exception:  # damaged or not ours: h5py, zarr and json each raise their own
+        return False
+    return True
+
+
 class Delete(Operation):
     """Prune checkpoints: those older than ``older_than`` seconds and not among the
     ``keep_latest`` newest of their folder, and stages' unfinished outputs (``.<name>.tmp-
-    <hex>``, left by a crash) older than ``older_than``. Nothing else is ever deleted:
-    not a user's file, not a link's target, nothing outside ``root``.
+    <hex>``, left by a crash) older than ``older_than``. A checkpoint is one whose
+    manifest reads as ours (a damaged one is kept, for ``verify`` to report). Nothing
+    else is ever deleted: not a user's file, not a link's target, nothing outside
+    ``root``; deletions are made by name in the open folder, so a folder swapped for a
+    link during the walk cannot lead them elsewhere.
 
     ``apply=False`` (the default) is a dry run: each candidate's ``result`` says
     ``would delete``.
@@ -187,7 +222,7 @@ class Delete(Operation):
             not isinstance(keep_latest, int) or isinstance(keep_latest, bool) or keep_latest < 0
         ):
             raise InputError(f"keep_latest must be a whole number >= 0, got {keep_latest!r}")
-        self.root = os.path.abspath(root)
+        self.root = os.path.realpath(root)  # as the walk resolves its root
         self.older_than, self.keep_latest, self.apply = older_than, keep_latest, apply
         self.now = time.time() if now is None else now
         self.deleted = 0
@@ -201,7 +236,9 @@ class Delete(Operation):
     def _old(self, mtime: float) -> bool:
         return self.older_than is not None and self.now - mtime > self.older_than
 
-    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+    def directory(
+        self, path: str, own: Any, dirs: list[str], entries: list[Entry], dir_fd: int | None = None
+    ) -> Visit:
         """Decide for this folder's checkpoints and leftovers; delete them if applying."""
         from ..engine.backends import TEMPORARY
 
@@ -209,17 +246,18 @@ class Delete(Operation):
         found: list[tuple[float, str, bool]] = []  # mtime, path, is a folder
         for d in dirs:
             name = os.path.basename(d)
-            if TEMPORARY.match(name) or _candidate(d):
+            if TEMPORARY.match(name) or _ours(d):
                 out.pruned.add(d)  # a checkpoint is an item: never walked into
                 try:
-                    found.append((os.lstat(d).st_mtime, d, True))
+                    st = os.lstat(name, dir_fd=dir_fd) if dir_fd is not None else os.lstat(d)
                 except OSError:
                     continue
+                found.append((st.st_mtime, d, True))
         for p, kind, s in entries:
             if (
                 kind == FILE
                 and s is not None
-                and (TEMPORARY.match(os.path.basename(p)) or _candidate(p))
+                and (TEMPORARY.match(os.path.basename(p)) or _ours(p))
             ):
                 found.append((s.st_mtime, p, False))
         checkpoints = sorted(
@@ -235,25 +273,28 @@ class Delete(Operation):
             else:
                 doomed = p not in kept and (self.older_than is None or self._old(mtime))
             if doomed:
-                out.results[p] = self._remove(p, folder)
+                out.results[p] = self._remove(p, folder, dir_fd)
             elif not leftover:
                 out.results[p] = "kept"
         return out
 
-    def _remove(self, path: str, folder: bool) -> str:
+    def _remove(self, path: str, folder: bool, dir_fd: int | None) -> str:
         real = os.path.abspath(path)
         if not real.startswith(self.root + os.sep):  # belt and braces: listings come from root
             return "refused: outside the tree"
         if not self.apply:
             return "would delete"
+        # by name in the open folder: a path could lead elsewhere if a folder on it was
+        # swapped for a link since it was listed (shutil.rmtree with dir_fd resists that)
+        name, where = (os.path.basename(real), dir_fd) if dir_fd is not None else (real, None)
         try:
             if folder:
-                shutil.rmtree(real)  # does not follow links inside
+                shutil.rmtree(name, dir_fd=where)
             else:
-                self.nbytes += os.lstat(real).st_size
-                os.unlink(real)
+                self.nbytes += os.lstat(name, dir_fd=where).st_size
+                os.unlink(name, dir_fd=where)
         except OSError as err:
-            return f"not deleted: {err.strerror}"
+            return f"not deleted: {err.strerror or err}"
         self.deleted += 1
         return "deleted"
 
@@ -304,7 +345,8 @@ class Copy(Operation):
 
     def __init__(self, root: str, dest: str, chunk: int = 64 << 20) -> None:
         super().__init__(stat=True)
-        self.root, self.dest = os.path.abspath(root), os.path.abspath(dest)
+        self.root, self.dest = os.path.realpath(root), os.path.realpath(dest)
+        # resolved: a DEST through a link (or under a linked parent) may lead into the tree
         if self.dest == self.root or self.dest.startswith(self.root + os.sep):
             raise InputError(f"dest {dest!r} is inside the tree being copied")
         if os.path.lexists(self.dest) and (not os.path.isdir(self.dest) or os.listdir(self.dest)):
@@ -315,6 +357,7 @@ class Copy(Operation):
         self.files = 0
         self.nbytes = 0
         self.pieces: list[str] = []  # files copied in pieces: their times are set at the end
+        self.failed: list[str] = []  # pieces whose source could not be read
 
     @property
     def name(self) -> str:
@@ -325,7 +368,9 @@ class Copy(Operation):
         rel = os.path.relpath(path, self.root)
         return self.dest if rel == "." else os.path.join(self.dest, rel)
 
-    def directory(self, path: str, own: Any, dirs: list[str], entries: list[Entry]) -> Visit:
+    def directory(
+        self, path: str, own: Any, dirs: list[str], entries: list[Entry], dir_fd: int | None = None
+    ) -> Visit:
         """Make the folder, copy small files, queue the pieces of large ones."""
         out = Visit()
         target = self._to(path)
@@ -340,10 +385,20 @@ class Copy(Operation):
                 elif kind != FILE or s is None:
                     out.results[p] = "skipped: not a regular file"
                 elif s.st_size <= self.chunk:
-                    shutil.copyfile(p, to, follow_symlinks=False)
+                    src = open_regular(os.path.basename(p) if dir_fd is not None else p, dir_fd)
+                    try:
+                        out_fd = os.open(
+                            to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
+                        )
+                        try:
+                            done = _copy_range(src, out_fd, 0, s.st_size)
+                        finally:
+                            os.close(out_fd)
+                    finally:
+                        os.close(src)
                     shutil.copystat(p, to, follow_symlinks=False)
                     self.files += 1
-                    self.nbytes += s.st_size
+                    self.nbytes += done
                 else:
                     with open(to, "wb") as f:
                         f.truncate(s.st_size)
@@ -359,9 +414,14 @@ class Copy(Operation):
         return out
 
     def item(self, item: Any) -> list[Any]:
-        """Copy one piece of a large file (the file was made at its full size)."""
+        """Copy one piece of a large file (the file was made at its full size); a source
+        gone meanwhile is counted (``failed``), not fatal."""
         _, src, to, off, n = item
-        fd_in = os.open(src, os.O_RDONLY)
+        try:
+            fd_in = open_regular(src)
+        except OSError as err:
+            self.failed.append(f"{src}: {err.strerror or err}")
+            return []
         try:
             fd_out = os.open(to, os.O_WRONLY)
             try:
@@ -375,7 +435,12 @@ class Copy(Operation):
 
     def summary(self) -> dict[str, Any]:
         """Files and bytes copied, and the files copied in pieces."""
-        return {"files": self.files, "bytes": self.nbytes, "pieces": self.pieces}
+        return {
+            "files": self.files,
+            "bytes": self.nbytes,
+            "pieces": self.pieces,
+            "failed": self.failed[:KEEP],
+        }
 
     def finish(self, summaries: list[dict[str, Any]]) -> None:
         """After the walk: the times and modes of files copied in pieces (no walker knew

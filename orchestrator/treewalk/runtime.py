@@ -21,10 +21,10 @@ ours: only folders go through the master, a walker indexes the files it lists
 
 Examples
 --------
->>> pack(Message("work", 0, 1, ("/a", "/b")))
-['work', 0, 1, [b'/a', b'/b'], False]
->>> unpack(['work', 0, 1, [b'/a', b'/b'], False]).items
-('/a', '/b')
+>>> pack(Message("work", 0, 1, (("d", "/a", 12),)))
+['work', 0, 1, [['d', b'/a', 12]], False]
+>>> unpack(['work', 0, 1, [['d', b'/a', 12]], False]).items
+(('d', '/a', 12),)
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import msgpack
 
 from ..errors import WalkError
 from .index import IndexPart
-from .lister import Tally, entry_item, list_for_master, list_item
+from .lister import Tally, dir_item, entry_item, list_for_master, list_item
 from .operations import Operation
 from .protocol import Message, Walker
 
@@ -141,16 +141,13 @@ def progress(walk: str, dask_worker: Any = None) -> int:
 
 
 def _pack_item(item: Any) -> Any:
-    # bytes on the wire: a Linux name need not be UTF-8 (str paths carry surrogates)
-    if isinstance(item, str):
-        return os.fsencode(item)
-    return [os.fsencode(x) if isinstance(x, str) else x for x in item]
+    # items are tuples: a tag ("d" a folder, "e" an entry for CP, or the operation's own),
+    # then paths and numbers; paths go as bytes (a Linux name need not be UTF-8)
+    return [item[0], *(os.fsencode(x) if isinstance(x, str) else x for x in item[1:])]
 
 
 def _unpack_item(item: Any) -> Any:
-    if isinstance(item, bytes):
-        return os.fsdecode(item)
-    return tuple(os.fsdecode(x) if isinstance(x, bytes) else x for x in item)
+    return (item[0], *(os.fsdecode(x) if isinstance(x, bytes) else x for x in item[1:]))
 
 
 def pack(m: Message) -> list[Any]:
@@ -173,6 +170,8 @@ class WalkerSpec:
     addresses: tuple[str, ...]
     hosts: tuple[str, ...]
     root: str
+    root_ino: int
+    dev: int  # the walk's file system: folders elsewhere are not walked
     algorithm: str
     split: str
     victims: str
@@ -222,8 +221,8 @@ def _part(spec: WalkerSpec, thread: int) -> IndexPart:
 
 
 def _process(item: Any, spec: WalkerSpec, part: IndexPart, tally: Tally) -> list[Any]:
-    if isinstance(item, str):
-        children = list_item(item, part, tally, spec.op)
+    if item[0] == "d":  # a folder; anything else is the operation's own (a piece to copy)
+        children = list_item(item, part, tally, spec.op, spec.dev)
     else:
         children = spec.op.item(item)
     if part.full():
@@ -286,7 +285,7 @@ def _drqs(
     n = len(spec.addresses)
     walker = Walker(spec.rank, n, spec.split, spec.victims, list(spec.hosts), spec.seed)
     if spec.rank == 0:
-        walker.put([spec.root])
+        walker.put([dir_item(spec.root, spec.root_ino)])
     parts = [_part(spec, t) for t in range(spec.threads)]
     tallies = [Tally() for _ in range(spec.threads)]
     busy = [0.0] * spec.threads
@@ -352,7 +351,7 @@ def _cp_master(
 ) -> tuple[list[IndexPart], list[Tally], float, int]:
     """CP's master: the one queue; hands out one directory per request."""
     n = len(spec.addresses)
-    queue: deque[Any] = deque([spec.root])
+    queue: deque[Any] = deque([dir_item(spec.root, spec.root_ino)])
     idle: deque[int] = deque()
     while True:
         with box.cv:
@@ -395,19 +394,21 @@ def _cp_slave(
         box.entries = tally.entries
         children = []
         for item in m.items:
-            if not isinstance(item, str):
+            if item[0] == "e":
                 entry_item(item, part, tally)
             elif spec.algorithm == "cp":
-                children += list_for_master(item, part, tally)
+                children += list_for_master(item, part, tally, spec.dev)
             else:
-                children += list_item(item, part, tally)
+                children += list_item(item, part, tally, None, spec.dev)
             processed += 1
         if part.full():
             part.flush()
         busy += time.perf_counter() - t0
 
 
-def cp_traffic(paths: list[str], kinds: list[int], n: int) -> tuple[int, int]:
+def cp_traffic(
+    paths: list[str], kinds: list[int], inodes: list[int | None], n: int
+) -> tuple[int, int]:
     """CP's messages and bytes on a tree, counted from its index instead of run: every
     entry is an item the master sends (``work``) and whose results come back with the
     slave's next request (a folder's: all its entries), plus each slave's first request
@@ -416,12 +417,15 @@ def cp_traffic(paths: list[str], kinds: list[int], n: int) -> tuple[int, int]:
 
     Examples
     --------
-    >>> cp_traffic(["/t", "/t/a"], [0, 1], 2)[0]  # 2 items: 2 works, 2+1 requests, 1 stop
+    >>> cp_traffic(["/t", "/t/a"], [0, 1], [7, None], 2)[0]  # 2 works, 2+1 requests, 1 stop
     6
     """
     if not n <= 127:  # msgpack writes ranks up to 127 in one byte, as assumed below
         raise WalkError(f"cp_traffic counts up to 127 walkers, got {n}")
-    items = {p: (p if k == 0 else (p, k)) for p, k in zip(paths, kinds, strict=True)}
+    items = {
+        p: (dir_item(p, i or 0) if k == 0 else ("e", p, k))
+        for p, k, i in zip(paths, kinds, inodes, strict=True)
+    }
     children: dict[str, list[Any]] = {}
     for p in paths:
         parent = os.path.dirname(p)
