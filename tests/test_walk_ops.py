@@ -5,7 +5,6 @@ tree byte for byte (large files in pieces), checksum agrees with zlib."""
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pandas as pd
 import pytest
 
 import orchestrator as orc
+from orchestrator.bench.walk import checkpoint_tree
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.errors import InputError, OrchestratorError
 from orchestrator.treewalk import read_index
@@ -55,56 +55,6 @@ def place(template: Path, at: Path) -> Path:
     else:
         shutil.copy2(template, at)
     return at
-
-
-def damage(path: Path, how: str) -> None:
-    if how == "flip" and path.is_file():
-        with h5py.File(path, "r") as f:
-            at = f["u"].id.get_offset() + 100
-        with open(path, "r+b") as f:
-            f.seek(at)
-            b = f.read(1)
-            f.seek(at)
-            f.write(bytes([b[0] ^ 0xFF]))
-    elif how == "flip":
-        shard = max(
-            (p for p in (path / "u").rglob("*") if p.is_file() and p.name != "zarr.json"),
-            key=lambda p: p.stat().st_size,
-        )
-        data = bytearray(shard.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        shard.write_bytes(bytes(data))
-    elif how == "truncate" and path.is_file():
-        os.truncate(path, path.stat().st_size // 2)
-    elif how == "truncate":
-        (path / "zarr.json").unlink()
-    elif how == "empty":
-        if path.is_dir():
-            shutil.rmtree(path)
-            path.mkdir()
-        else:
-            path.write_bytes(b"")
-
-
-def checkpoint_tree(top: Path, templates, n: int, seed: int) -> tuple[list[Path], set[Path]]:
-    """``n`` checkpoints over nested run folders, a fifth of them damaged in some way."""
-    rng = random.Random(seed)
-    paths, damaged = [], set()
-    for i in range(n):
-        fmt = rng.choice(["hdf5", "zarr"])
-        at = (
-            top
-            / f"run{i % 7}"
-            / f"seg{i % 3}"
-            / f"step{i:04d}{'.h5' if fmt == 'hdf5' else '.zarr'}"
-        )
-        place(templates[fmt], at)
-        paths.append(at)
-        if rng.random() < 0.2:
-            damage(at, rng.choice(["flip", "truncate", "empty"]))
-            damaged.add(at)
-    (top / "run0" / "notes.txt").write_text("not a checkpoint")
-    return paths, damaged
 
 
 def single_process(paths: list[Path]) -> set[Path]:
@@ -343,7 +293,6 @@ def test_copy_refuses_a_dest_that_leads_into_the_tree_and_an_op_for_another_tree
 def test_delete_keeps_what_only_looks_like_a_checkpoint(cluster, templates, tmp_path):
     """A folder holding a master.h5 that is the user's, an HDF5 file (netCDF-4 is one)
     that no stage wrote: kept, however old."""
-    import h5py
 
     top = tmp_path / "t"
     proj = top / "my_project"
