@@ -133,6 +133,9 @@ def walk_cmd(
         with connect(scheduler_file=scheduler_file) as cl:
             result = walk(path, cluster=cl, **kw)
     else:
+        from ..treewalk.api import check_walkers
+
+        check_walkers(walkers or 2)
         with local_cluster(n_ionodes=walkers or 2, n_compute=0) as cl:
             result = walk(path, cluster=cl, **kw)
     _print(result, operation)
