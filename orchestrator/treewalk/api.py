@@ -381,6 +381,8 @@ def _walk(
                     counts = client.run(progress, walk_id, workers=list(addresses))
                     on_progress(sum(counts.values()), time.time() - start)
         results = client.gather(futures)
+        if any(w.get("stopped") for w in results):  # another walk's driver cannot stop ours
+            raise WalkError("the walk was stopped before it ended")
     except BaseException:
         _stop(client, walk_id, futures, addresses)
         _discard(folder, made)
@@ -428,8 +430,10 @@ def _stop(client: Any, walk_id: str, futures: list[Any], addresses: Sequence[str
     from distributed import wait
 
     try:
-        client.run(abort, walk_id, workers=_live(client, addresses), on_error="ignore")
-        wait(futures, timeout=5)
+        live = _live(client, addresses)
+        client.run(abort, walk_id, workers=live, on_error="ignore")
+        # a walker whose worker died never ends: wait only for the others
+        wait([f for f, a in zip(futures, addresses, strict=False) if a in live], timeout=5)
         client.cancel(futures)
     except Exception:  # the cluster itself is going: nothing left to stop
         pass

@@ -208,9 +208,13 @@ class _Sender:
                 self.box.cv.notify_all()
 
 
+class _Stopped(Exception):
+    """The driver stopped the walk: the walker ends quietly (the driver says why)."""
+
+
 def _check(box: Mailbox, spec: WalkerSpec) -> None:
     if box.aborted:
-        raise WalkError(f"walker {spec.rank}: the walk was stopped")
+        raise _Stopped
     if box.failed:
         raise WalkError(f"walker {spec.rank}: {box.failed}")
 
@@ -246,13 +250,16 @@ def run_walker(spec: WalkerSpec) -> dict[str, Any]:
         raise WalkError(f"walker {spec.rank}: no mailbox for walk {spec.walk} on {worker.address}")
     sender = _Sender(worker, spec, box)
     start = time.perf_counter()
-    if spec.algorithm in ("cp", "cp-dirs"):
-        parts, tallies, busy, processed = (
-            _cp_master(spec, box, sender) if spec.rank == 0 else _cp_slave(spec, box, sender)
-        )
-        walker_counts: dict[str, Any] = {"splits": 0}
-    else:
-        parts, tallies, busy, processed, walker_counts = _drqs(spec, box, sender)
+    try:
+        if spec.algorithm in ("cp", "cp-dirs"):
+            parts, tallies, busy, processed = (
+                _cp_master(spec, box, sender) if spec.rank == 0 else _cp_slave(spec, box, sender)
+            )
+            walker_counts: dict[str, Any] = {"splits": 0}
+        else:
+            parts, tallies, busy, processed, walker_counts = _drqs(spec, box, sender)
+    except _Stopped:  # not an error of this task: no traceback in the worker's log
+        return {"rank": spec.rank, "stopped": True}
     rows = [p.close() for p in parts]
     tally = Tally()
     for t in tallies:
