@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -187,6 +188,7 @@ def test_copy_archives_the_tree_with_large_files_in_pieces(cluster, tmp_path) ->
     for i in range(30):
         assert (dest / "a" / "b" / f"f{i}").read_bytes() == (src / "a" / "b" / f"f{i}").read_bytes()
     assert os.readlink(dest / "link") == "a/big.bin" and (dest / "empty").is_dir()
+    assert stat.S_IMODE((dest / "a").stat().st_mode) == stat.S_IMODE((src / "a").stat().st_mode)
     assert sum(w["op"]["files"] for w in r.walkers) == 31
     assert sum(w["op"]["bytes"] for w in r.walkers) == len(big) + sum(i * 100 for i in range(30))
     with pytest.raises(InputError, match="inside the tree"):
@@ -333,7 +335,7 @@ def test_no_hang_on_a_fifo_and_no_failure_on_a_vanished_piece(tmp_path):
     with pytest.raises(OSError):
         open_regular(str(link))
     op = Copy(str(tmp_path / "src"), str(tmp_path / "dst"), chunk=4096)
-    assert op.item(("piece", str(tmp_path / "gone"), str(tmp_path / "x"), 0, 4096)) == []
+    assert op.item(("piece", str(tmp_path / "gone"), str(tmp_path / "x"), 0, 4096, 1, 1)) == []
     assert op.summary()["failed"] and "gone" in op.summary()["failed"][0]
 
 
@@ -379,3 +381,17 @@ def test_a_root_through_a_link_and_dotdot_is_what_the_kernel_says(cluster, tmp_p
     assert r.root == str(tmp_path / "real")  # as `ls other/lnk/..` shows it
     r = orc.walk(tmp_path, cluster=cluster, walkers=2, threads=256)
     assert r.entries >= 5
+
+
+def test_copy_drops_setuid_and_a_default_h_drqs_walk_runs_four_threads(cluster, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    tool = src / "tool"
+    tool.write_bytes(b"#!/bin/sh\n")
+    os.chmod(tool, 0o4755)
+    dest = tmp_path / "dest"
+    r = orc.walk(src, op=Copy(str(src), str(dest)), cluster=cluster, walkers=2)
+    assert stat.S_IMODE((dest / "tool").stat().st_mode) == 0o755  # the copy is the copier's
+    # h-drqs (the default) runs 4 threads per walker: one index part each
+    assert r.algorithm == "h-drqs"
+    assert len(list(Path(r.index).glob("part-*.parquet"))) == 2 * 4

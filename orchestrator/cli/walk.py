@@ -96,7 +96,8 @@ def walk_cmd(
 ) -> None:
     """Walk a tree with walkers on Dask workers; every entry goes to a Parquet index.
 
-    Exit code 1 if ``--op verify`` finds a damaged checkpoint.
+    Exit code 1 if ``--op verify`` finds a damaged checkpoint, or ``--op copy`` could not
+    copy a file whole.
 
     Examples: ``iorch walk runs/ --op verify``;
     ``iorch walk runs/ --op delete --older-than 30d --keep-latest 2`` (a dry run; add
@@ -141,6 +142,8 @@ def walk_cmd(
     _print(result, operation)
     damaged = sum(len(w["op"].get("damaged", ())) for w in result.walkers)
     if operation.name == "verify" and damaged:
+        raise typer.Exit(code=1)
+    if operation.name == "copy" and sum(w["op"]["problems"] for w in result.walkers):
         raise typer.Exit(code=1)
 
 
@@ -200,6 +203,14 @@ def _print(result: Any, op: Any) -> None:
             f"copied {sum(s['files'] for s in summaries):,} files, "
             f"{sum(s['bytes'] for s in summaries):,} bytes to {op.dest}"
         )
+        problems = sum(s["problems"] for s in summaries)
+        if problems:
+            err.print(
+                f"[bold red]{problems:,} files or pieces were not copied whole[/] (the index's "
+                "result column says which)"
+            )
+            for line in sorted(x for s in summaries for x in s["failed"])[:20]:
+                err.print(f"  {line}", soft_wrap=True)
     elif op.name == "checksum":
         console.print(f"{sum(s['bytes'] for s in summaries):,} bytes checksummed")
     console.print(

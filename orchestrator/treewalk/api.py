@@ -160,7 +160,9 @@ def _check(
         not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) and h for h in hosts)
     ):
         raise InputError(f"hosts must be a sequence of host names, one per walker, got {hosts!r}")
-    return p, threads if fixed is None else fixed
+    if fixed is None:
+        return p, H_THREADS if threads is None else threads
+    return p, fixed
 
 
 def _check_places(root: str, op: Operation, index: Any) -> None:
@@ -310,6 +312,15 @@ def _walk(
         if index is not None
         else tempfile.mkdtemp(prefix="iorch-walk-")
     )
+    if made:  # walking /tmp, or a tree that holds $TMPDIR: the parts would be walked too
+        try:
+            _check_places(root, op, folder)
+        except InputError:
+            _discard(folder, made)
+            raise InputError(
+                f"the default index folder ({folder}) is inside the tree or DEST; give index "
+                "(--index) a folder outside them"
+            ) from None
     os.makedirs(folder, exist_ok=True)
     if any(f.startswith("part-") for f in os.listdir(folder)):
         raise InputError(f"index {folder!r} already holds a walk's parts; give an empty folder")

@@ -23,8 +23,8 @@ Examples
 >>> items = list_item(dir_item(top, st.st_ino), part, tally, dev=st.st_dev)
 >>> [os.path.basename(d[1]) for d in items]
 ['sub']
->>> tally.entries, part.kinds  # the folder itself and its file
-(2, [0, 1])
+>>> tally.entries, part.kinds  # its file, then the folder itself (written last)
+(2, [1, 0])
 """
 
 from __future__ import annotations
@@ -176,26 +176,30 @@ def list_item(
 
 def _list(path: str, fd: int, own: os.stat_result, part: IndexPart, tally: Tally) -> list[Any]:
     stat_rows = part.stat
-    _row(part, path, DIR, own, ino=own.st_ino)
     base = path if path.endswith("/") else path + "/"
     dirs: list[Any] = []
+    failure: list[str] = []
     paths, kinds = part.paths, part.kinds  # the hot loop appends to the columns itself
     n = 0
     with os.scandir(fd) as it:
-        for e in _entries(it, path, part, tally):
+        for e in _entries(it, failure, tally):
             p = base + e.name
+            n += 1
+            if not n & 4095 and part.full():  # a huge folder: its rows go out in batches
+                part.flush()
+                paths, kinds = part.paths, part.kinds
             try:
                 if e.is_dir(follow_symlinks=False):
                     dirs.append(("d", p, e.inode()))
+                    n -= 1  # its row is written where it is walked
                     continue
                 kind = _kind(e, tally)
                 if stat_rows:
                     s = e.stat(follow_symlinks=False)
             except OSError as err:  # gone before its lstat
                 part.add(p, OTHER, error=_why(err, tally))
-                n += 1
+                paths, kinds = part.paths, part.kinds  # add() may have flushed the batch
                 continue
-            n += 1
             if stat_rows:
                 _row(part, p, kind, s)
                 if kind == FILE and s.st_nlink > 1:
@@ -203,6 +207,7 @@ def _list(path: str, fd: int, own: os.stat_result, part: IndexPart, tally: Tally
             else:
                 paths.append(p)
                 kinds.append(kind)
+    _row(part, path, DIR, own, ino=own.st_ino, error=failure[0] if failure else None)
     tally.entries += n
     return dirs
 
@@ -218,11 +223,11 @@ def list_for_master(item: Any, part: IndexPart, tally: Tally, dev: int = 0) -> l
     fd, own = opened
     path = item[1]
     base = path if path.endswith("/") else path + "/"
-    _row(part, path, DIR, own if part.stat else None, ino=own.st_ino)
+    failure: list[str] = []
     out: list[Any] = []
     try:
         with os.scandir(fd) as it:
-            for e in _entries(it, path, part, tally):
+            for e in _entries(it, failure, tally):
                 p = base + e.name
                 try:
                     if e.is_dir(follow_symlinks=False):
@@ -234,6 +239,14 @@ def list_for_master(item: Any, part: IndexPart, tally: Tally, dev: int = 0) -> l
                     tally.entries += 1
     finally:
         os.close(fd)
+    _row(
+        part,
+        path,
+        DIR,
+        own if part.stat else None,
+        ino=own.st_ino,
+        error=failure[0] if failure else None,
+    )
     return out
 
 
@@ -252,16 +265,16 @@ def entry_item(item: Any, part: IndexPart, tally: Tally) -> None:
     _row(part, path, int(kind), s)
 
 
-def _entries(it: Any, path: str, part: IndexPart, tally: Tally) -> Any:
-    """The entries of an open listing; a folder that vanishes mid-listing ends it."""
+def _entries(it: Any, failure: list[str], tally: Tally) -> Any:
+    """The entries of an open listing; a folder that fails mid-listing ends it, and why
+    goes to ``failure`` (for the folder's own row: one row per entry)."""
     while True:
         try:
             yield next(it)
         except StopIteration:
             return
         except OSError as err:
-            part.add(path, DIR, error=_why(err, tally))
-            tally.entries += 1
+            failure.append(_why(err, tally))
             return
 
 
@@ -284,9 +297,10 @@ def _list_for(
     base = path if path.endswith("/") else path + "/"
     dirs: list[str] = []
     inodes: dict[str, int] = {}
+    failure: list[str] = []
     entries: list[tuple[str, int, os.stat_result | None]] = []
     with os.scandir(fd) as it:
-        for e in _entries(it, path, part, tally):
+        for e in _entries(it, failure, tally):
             p = base + e.name
             try:
                 if e.is_dir(follow_symlinks=False):
@@ -301,7 +315,15 @@ def _list_for(
                 continue
             entries.append((p, kind, s))
     visit = op.directory(path, own, dirs, entries, dir_fd=fd)
-    _row(part, path, DIR, own, visit.results.get(path), ino=own.st_ino)
+    _row(
+        part,
+        path,
+        DIR,
+        own,
+        visit.results.get(path),
+        ino=own.st_ino,
+        error=failure[0] if failure else None,
+    )
     for p in dirs:
         if p in visit.pruned:  # not walked into: its row is written here
             tally.entries += 1
@@ -331,6 +353,7 @@ def _row(
     s: os.stat_result | None,
     result: str | None = None,
     ino: int | None = None,
+    error: str | None = None,
 ) -> None:
     if part.stat and s is not None:
         part.add(
@@ -342,9 +365,10 @@ def _row(
             nlink=s.st_nlink,
             result=result,
             ino=ino,
+            error=error,
         )
     else:
-        part.add(path, kind, result=result, ino=ino)
+        part.add(path, kind, result=result, ino=ino, error=error)
 
 
 def _why(err: OSError, tally: Tally) -> str:

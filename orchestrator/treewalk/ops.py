@@ -40,6 +40,19 @@ def open_regular(name: str, dir_fd: int | None = None) -> int:
     return fd
 
 
+def _through(path: str, dir_fd: int | None) -> str:
+    """``path`` read through its open folder (``/proc/self/fd/N/name``): a folder on the
+    path swapped for a link since the listing cannot lead the read elsewhere."""
+    if dir_fd is None or not os.path.isdir(f"/proc/self/fd/{dir_fd}"):
+        return path
+    return f"/proc/self/fd/{dir_fd}/{os.path.basename(path)}"
+
+
+def _under(path: str, root: str) -> bool:
+    """``path`` strictly inside ``root`` (``/`` included)."""
+    return path != root and path.startswith(root.rstrip("/") + "/")
+
+
 def _candidate(path: str) -> bool:
     from ..engine.backends import looks_like_checkpoint
 
@@ -69,15 +82,17 @@ class Verify(Operation):
         """``verify``."""
         return "verify"
 
-    def verdict(self, path: str) -> str:
-        """``ok`` or what is wrong with the checkpoint at ``path``."""
+    def verdict(self, path: str, dir_fd: int | None = None) -> str:
+        """``ok`` or what is wrong with the checkpoint at ``path`` (read through its open
+        folder ``dir_fd`` when given)."""
         from ..engine.verify import verify
 
         self.checked += 1
+        where = _through(path, dir_fd)
         try:
-            bad = verify(path)
+            bad = [b.replace(where, path) for b in verify(where)]
         except OrchestratorError as err:
-            bad = [str(err)]
+            bad = [str(err).replace(where, path)]
         if not bad:
             return "ok"
         if len(self.damaged) < KEEP:
@@ -95,12 +110,12 @@ class Verify(Operation):
             out.pruned = set(dirs)
             return out
         for d in dirs:
-            if _candidate(d):
+            if _candidate(_through(d, dir_fd)) or _candidate(d):
                 out.pruned.add(d)
-                out.results[d] = self.verdict(d)
+                out.results[d] = self.verdict(d, dir_fd)
         for p, kind, _ in entries:
-            if kind == FILE and _candidate(p):
-                out.results[p] = self.verdict(p)
+            if kind == FILE and (_candidate(_through(p, dir_fd)) or _candidate(p)):
+                out.results[p] = self.verdict(p, dir_fd)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -246,7 +261,7 @@ class Delete(Operation):
         found: list[tuple[float, str, bool]] = []  # mtime, path, is a folder
         for d in dirs:
             name = os.path.basename(d)
-            if TEMPORARY.match(name) or _ours(d):
+            if TEMPORARY.match(name) or _ours(_through(d, dir_fd)):
                 out.pruned.add(d)  # a checkpoint is an item: never walked into
                 try:
                     st = os.lstat(name, dir_fd=dir_fd) if dir_fd is not None else os.lstat(d)
@@ -257,7 +272,7 @@ class Delete(Operation):
             if (
                 kind == FILE
                 and s is not None
-                and (TEMPORARY.match(os.path.basename(p)) or _ours(p))
+                and (TEMPORARY.match(os.path.basename(p)) or _ours(_through(p, dir_fd)))
             ):
                 found.append((s.st_mtime, p, False))
         checkpoints = sorted(
@@ -280,7 +295,7 @@ class Delete(Operation):
 
     def _remove(self, path: str, folder: bool, dir_fd: int | None) -> str:
         real = os.path.abspath(path)
-        if not real.startswith(self.root + os.sep):  # belt and braces: listings come from root
+        if not _under(real, self.root):  # belt and braces: listings come from root
             return "refused: outside the tree"
         if not self.apply:
             return "would delete"
@@ -325,6 +340,18 @@ def _copy_range(fd_in: int, fd_out: int, off: int, n: int) -> int:
     return done
 
 
+def _safe_mode(mode: int) -> int:
+    """A copied entry's permission bits, without setuid/setgid: the copy belongs to the
+    copier (root, for an archive), not to the file's owner."""
+    return stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID)
+
+
+def _stamp(to: str, s: os.stat_result) -> None:
+    """A copied file's mode (no setuid/setgid) and times, never through a link."""
+    os.chmod(to, _safe_mode(s.st_mode), follow_symlinks=False)
+    os.utime(to, ns=(s.st_atime_ns, s.st_mtime_ns), follow_symlinks=False)
+
+
 class Copy(Operation):
     """Copy the tree to ``dest`` (an archive): folders made as they are walked, files up
     to ``chunk`` bytes copied whole by the walker that lists them, larger ones cut into
@@ -347,7 +374,7 @@ class Copy(Operation):
         super().__init__(stat=True)
         self.root, self.dest = os.path.realpath(root), os.path.realpath(dest)
         # resolved: a DEST through a link (or under a linked parent) may lead into the tree
-        if self.dest == self.root or self.dest.startswith(self.root + os.sep):
+        if self.dest == self.root or _under(self.dest, self.root):
             raise InputError(f"dest {dest!r} is inside the tree being copied")
         if os.path.lexists(self.dest) and (not os.path.isdir(self.dest) or os.listdir(self.dest)):
             raise InputError(f"dest {dest!r} exists and is not an empty folder")
@@ -358,6 +385,8 @@ class Copy(Operation):
         self.nbytes = 0
         self.pieces: list[str] = []  # files copied in pieces: their times are set at the end
         self.failed: list[str] = []  # pieces whose source could not be read
+        self.modes: list[tuple[str, int]] = []  # DEST folders' final modes, set at the end
+        self.problems = 0  # files not copied, or copied short
 
     @property
     def name(self) -> str:
@@ -374,14 +403,23 @@ class Copy(Operation):
         """Make the folder, copy small files, queue the pieces of large ones."""
         out = Visit()
         target = self._to(path)
-        os.makedirs(target, exist_ok=True)
+        # private (0700) while the copy runs: nobody else can plant a link in DEST for a
+        # later write to follow; the source's mode is set after the walk (finish)
+        try:
+            os.mkdir(target, 0o700)
+        except FileExistsError:
+            pass
+        if os.path.islink(target) or not os.path.isdir(target):
+            raise OSError(0, "is not a folder of ours (a link?)", target)
+        os.chmod(target, 0o700, follow_symlinks=False)
         if own is not None:
-            os.chmod(target, stat.S_IMODE(own.st_mode) | stat.S_IWUSR | stat.S_IXUSR)
+            self.modes.append((target, _safe_mode(own.st_mode)))
         for p, kind, s in entries:
             to = self._to(p)
             try:
                 if kind == LINK:
-                    os.symlink(os.readlink(p), to)
+                    name = os.path.basename(p)
+                    os.symlink(os.readlink(name, dir_fd=dir_fd) if dir_fd else os.readlink(p), to)
                 elif kind != FILE or s is None:
                     out.results[p] = "skipped: not a regular file"
                 elif s.st_size <= self.chunk:
@@ -396,34 +434,45 @@ class Copy(Operation):
                             os.close(out_fd)
                     finally:
                         os.close(src)
-                    shutil.copystat(p, to, follow_symlinks=False)
+                    _stamp(to, s)
                     self.files += 1
                     self.nbytes += done
+                    if done != s.st_size:
+                        out.results[p] = f"copied {done} of {s.st_size} bytes (it shrank)"
+                        self.problems += 1
                 else:
-                    with open(to, "wb") as f:
-                        f.truncate(s.st_size)
+                    fd = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                    try:
+                        os.ftruncate(fd, s.st_size)
+                    finally:
+                        os.close(fd)
                     self.files += 1
                     if len(self.pieces) < 1 << 20:
                         self.pieces.append(p)
                     out.items += [
-                        ("piece", p, to, off, min(self.chunk, s.st_size - off))
+                        ("piece", p, to, off, min(self.chunk, s.st_size - off), s.st_ino, s.st_dev)
                         for off in range(0, s.st_size, self.chunk)
                     ]
             except OSError as err:
-                out.results[p] = f"not copied: {err.strerror}"
+                out.results[p] = f"not copied: {err.strerror or err}"
+                self.problems += 1
         return out
 
     def item(self, item: Any) -> list[Any]:
         """Copy one piece of a large file (the file was made at its full size); a source
         gone meanwhile is counted (``failed``), not fatal."""
-        _, src, to, off, n = item
+        _, src, to, off, n, ino, dev = item
         try:
             fd_in = open_regular(src)
         except OSError as err:
             self.failed.append(f"{src}: {err.strerror or err}")
             return []
         try:
-            fd_out = os.open(to, os.O_WRONLY)
+            got = os.fstat(fd_in)
+            if (got.st_ino, got.st_dev) != (ino, dev):  # a folder on its path was swapped
+                self.failed.append(f"{src}: replaced during the walk")
+                return []
+            fd_out = os.open(to, os.O_WRONLY | os.O_NOFOLLOW)
             try:
                 done = _copy_range(fd_in, fd_out, off, n)
             finally:
@@ -431,6 +480,8 @@ class Copy(Operation):
         finally:
             os.close(fd_in)
         self.nbytes += done
+        if done != n:
+            self.failed.append(f"{src}: {done} of {n} bytes at {off} (it shrank)")
         return []
 
     def summary(self) -> dict[str, Any]:
@@ -440,14 +491,22 @@ class Copy(Operation):
             "bytes": self.nbytes,
             "pieces": self.pieces,
             "failed": self.failed[:KEEP],
+            "problems": self.problems + len(self.failed),
+            "modes": self.modes,
         }
 
     def finish(self, summaries: list[dict[str, Any]]) -> None:
         """After the walk: the times and modes of files copied in pieces (no walker knew
-        it wrote the last piece)."""
+        it wrote the last piece), then the folders' modes, deepest first."""
         for s in summaries:
             for p in s.get("pieces", ()):
                 try:
-                    shutil.copystat(p, self._to(p), follow_symlinks=False)
+                    _stamp(self._to(p), os.lstat(p))
                 except OSError:
                     pass
+        modes = [m for s in summaries for m in s.get("modes", ())]
+        for target, mode in sorted(modes, key=lambda m: -m[0].count("/")):
+            try:
+                os.chmod(target, mode, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
