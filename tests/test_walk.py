@@ -341,3 +341,20 @@ def test_progress_is_reported_while_a_walk_runs(cluster, tmp_path) -> None:
     counts = [n for n, _ in seen]
     assert counts == sorted(counts) and counts[-1] <= r.entries
     assert all(s > 0 for _, s in seen)
+
+
+def test_a_huge_folder_is_indexed_in_batches_and_no_row_is_lost(tmp_path) -> None:
+    from orchestrator.treewalk.index import IndexPart
+    from orchestrator.treewalk.lister import Tally, dir_item, list_item
+
+    top = tmp_path / "t"
+    top.mkdir()
+    for i in range(9000):
+        (top / f"f{i}").touch()
+    part = IndexPart(str(tmp_path / "part-0.parquet"), 0, stat=False, batch=100)
+    st = os.lstat(top)
+    tally = Tally()
+    list_item(dir_item(str(top), st.st_ino), part, tally, dev=st.st_dev)
+    assert part.rows >= 8192  # flushed while the folder was being listed
+    assert part.close() == tally.entries == 9001
+    assert len(set(read_index(tmp_path).column("path").to_pylist())) == 9001
