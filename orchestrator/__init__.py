@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         TestbedUnavailable,
         TransferSetError,
         WalkError,
+        WalkStopped,
     )
     from .frontends.capturing import capture
     from .frontends.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
@@ -107,6 +108,7 @@ _LAZY = {
         "TestbedUnavailable",
         "TransferSetError",
         "WalkError",
+        "WalkStopped",
     ),
     "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
     "plan": ("Plan", "Units", "lower_bound"),
@@ -198,6 +200,7 @@ __all__ = [
     "Units",
     "WalkError",
     "WalkResult",
+    "WalkStopped",
     "WriteOptions",
     "__version__",
     "assign",

@@ -44,6 +44,7 @@ __all__ = [
     "TestbedUnavailable",
     "TransferSetError",
     "WalkError",
+    "WalkStopped",
 ]
 
 
@@ -175,3 +176,7 @@ class DumpError(OrchestratorError, RuntimeError):
 
 class WalkError(OrchestratorError, RuntimeError):
     """A distributed walk could not complete (a walker's worker died, the walk was stopped)."""
+
+
+class WalkStopped(WalkError):
+    """A walker was told to stop by its walk's driver (a peer's worker died, Ctrl-C)."""

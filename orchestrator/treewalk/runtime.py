@@ -39,7 +39,7 @@ from typing import Any
 
 import msgpack
 
-from ..errors import WalkError
+from ..errors import WalkError, WalkStopped
 from .index import IndexPart
 from .lister import Tally, dir_item, entry_item, list_for_master, list_item
 from .operations import Operation
@@ -208,13 +208,9 @@ class _Sender:
                 self.box.cv.notify_all()
 
 
-class _Stopped(Exception):
-    """The driver stopped the walk: the walker ends quietly (the driver says why)."""
-
-
 def _check(box: Mailbox, spec: WalkerSpec) -> None:
     if box.aborted:
-        raise _Stopped
+        raise WalkStopped
     if box.failed:
         raise WalkError(f"walker {spec.rank}: {box.failed}")
 
@@ -258,7 +254,7 @@ def run_walker(spec: WalkerSpec) -> dict[str, Any]:
             walker_counts: dict[str, Any] = {"splits": 0}
         else:
             parts, tallies, busy, processed, walker_counts = _drqs(spec, box, sender)
-    except _Stopped:  # not an error of this task: no traceback in the worker's log
+    except WalkStopped:  # not an error of this task: no traceback in the worker's log
         return {"rank": spec.rank, "stopped": True}
     rows = [p.close() for p in parts]
     tally = Tally()
