@@ -234,7 +234,7 @@ def walk(
         Each walker's host for PA-DRQS (default: from the workers' addresses).
     on_progress : callable, optional
         Called about once a second during the walk with the entries listed so
-        far and the seconds since the start.
+        far and the seconds since the start, and once at its end.
 
     Returns
     -------
@@ -404,6 +404,8 @@ def _walk(
         except (OSError, ClusterError):
             pass
     seconds = max(w["end"] for w in results) - start
+    if on_progress is not None:  # the last word, however short the walk
+        on_progress(sum(w["rows"] for w in results), seconds)
     op.finish([w["op"] for w in results])
     return WalkResult(root, algorithm, folder, seconds, sorted(results, key=lambda w: w["rank"]))
 
