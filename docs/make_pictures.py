@@ -26,6 +26,16 @@ def draw_all(out: Path) -> None:
         close(gantt(plan, path=out / f"gantt_{name}.png"))
     draw_interval_map(out)
     write_slurm_script(out)
+    draw_read_orders(out)
+
+
+def draw_read_orders(out: Path) -> None:
+    """Each read policy's service order on the HIO paper's best case, one picture each."""
+    from orchestrator.bench import hio
+
+    rs = hio.example()
+    for name in hio.POLICIES:
+        hio.service_picture(rs, out, policies=[name], name=f"reads_{name}.png")
 
 
 #: The command whose script the "Running under Slurm" page explains line by line.

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from .frontends.intercept import OutputStage, output_stage, set_default_cluster
     from .plan import Plan, Units, lower_bound
     from .policies import Policy, policies, register_policy, schedule, unregister_policy
+    from .reads import ReadSet, ReadSimulation, order_reads, shuffle_cost, simulate_reads
     from .replicas import IntervalStats, ReplicaSets, assign, interval_stats, replica_sets
     from .simulate import Simulation, simulate
     from .transfers import TransferSet
@@ -117,6 +118,7 @@ _LAZY = {
     "engine.backends": ("backend_names", "register_backend", "unregister_backend"),
     "replicas": ("IntervalStats", "ReplicaSets", "assign", "interval_stats", "replica_sets"),
     "simulate": ("Simulation", "simulate"),
+    "reads": ("ReadSet", "ReadSimulation", "order_reads", "shuffle_cost", "simulate_reads"),
     "engine.stage": ("StageResult", "WriteOptions", "write_stage"),
     "engine.verify": ("open_datasets", "verify"),
     "transfers": ("TransferSet",),
@@ -183,6 +185,8 @@ __all__ = [
     "PlanError",
     "Policy",
     "PolicyError",
+    "ReadSet",
+    "ReadSimulation",
     "ReplicaError",
     "ReplicaSets",
     "SignatureError",
@@ -214,6 +218,7 @@ __all__ = [
     "lower_bound",
     "open_checkpoint",
     "open_datasets",
+    "order_reads",
     "output_stage",
     "policies",
     "read_index",
@@ -222,7 +227,9 @@ __all__ = [
     "replica_sets",
     "schedule",
     "set_default_cluster",
+    "shuffle_cost",
     "simulate",
+    "simulate_reads",
     "unregister_backend",
     "unregister_policy",
     "verify",

@@ -210,6 +210,7 @@ def order_reads(
     window: int = 10,
     threshold: float = 0.2,
     strict: bool = False,
+    interleave: bool = False,
 ) -> list[IntArray]:
     """Each I/O node's service order (request ids) under a read policy.
 
@@ -217,7 +218,9 @@ def order_reads(
     collective accesses of one application (``strict``: never two requests of one
     application, the paper's words taken literally — see :doc:`/semantics`).
     ``threshold`` is HIO's shuffle ÷ read ratio above which a window is sorted by
-    acceptable delay rather than by application.
+    acceptable delay: application by application, each one's slowest aggregators first
+    (``interleave``: every application's slowest first, then every one's second
+    slowest — Algorithm 1 read literally, see :doc:`/semantics`).
 
     Examples
     --------
@@ -233,6 +236,9 @@ def order_reads(
         raise InputError(f"window must be a whole number >= 1, got {window!r}")
     if not isinstance(threshold, (int, float)) or not np.isfinite(threshold) or threshold < 0:
         raise InputError(f"threshold must be a number >= 0, got {threshold!r}")
+    for name, flag in (("strict", strict), ("interleave", interleave)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InputError(f"{name} must be True or False, got {flag!r}")
     seq, bounds = service_orders(
         rs.node,
         rs.agg,
@@ -246,6 +252,7 @@ def order_reads(
         int(window),
         float(threshold),
         bool(strict),
+        bool(interleave),
     )
     return [seq[bounds[k] : bounds[k + 1]] for k in range(rs.n_nodes)]
 
@@ -258,6 +265,7 @@ def simulate_reads(
     window: int = 10,
     threshold: float = 0.2,
     strict: bool = False,
+    interleave: bool = False,
 ) -> ReadSimulation:
     """Serve the requests in ``policy``'s order (or a given ``order``: per node, its
     requests' ids) and time every application.
@@ -274,7 +282,7 @@ def simulate_reads(
         raise InputError("give exactly one of policy and order")
     if order is None:
         assert policy is not None
-        orders = order_reads(rs, policy, window, threshold, strict)
+        orders = order_reads(rs, policy, window, threshold, strict, interleave)
     else:
         if len(order) != rs.n_nodes:
             raise InputError(f"order must list {rs.n_nodes} nodes' requests, got {len(order)}")

@@ -45,7 +45,19 @@ def _stable_by(keys, idx):
 
 @njit(cache=True)
 def service_orders(
-    node, agg, read, arrival, agg_app, access, shuffle, n_nodes, policy, width, threshold, strict
+    node,
+    agg,
+    read,
+    arrival,
+    agg_app,
+    access,
+    shuffle,
+    n_nodes,
+    policy,
+    width,
+    threshold,
+    strict,
+    interleave,
 ):
     """Every node's service order: request ids grouped by node (``seq``), node k's
     between ``bounds[k]`` and ``bounds[k + 1]``."""
@@ -101,6 +113,8 @@ def service_orders(
                     for r in w:
                         rad_req[r] = rad_agg[agg[r]]
                     w = _stable_by(rad_req, w)  # by RAD, then application
+                    if not interleave:
+                        w = _stable_by(app, w)  # by application, then RAD: the hierarchy
                 ad = np.empty(w.size)
                 for j in range(w.size):
                     ad[j] = ad_agg[agg[w[j]]]

@@ -54,7 +54,12 @@ def windows(
 
 
 def order(
-    rs: dict[str, Any], policy: str, width: int = 10, threshold: float = 0.2, strict: bool = False
+    rs: dict[str, Any],
+    policy: str,
+    width: int = 10,
+    threshold: float = 0.2,
+    strict: bool = False,
+    interleave: bool = False,
 ) -> list[list[int]]:
     """Each node's service order (request ids) under ``policy``.
 
@@ -82,10 +87,16 @@ def order(
             shuffle = sum(rs["shuffle"][rs["agg"][r]] for r in win)
             read = sum(rs["read"][r] for r in win)
             if (read > 0 and shuffle / read > threshold) or (read == 0 and shuffle > 0):
-                # RAD: each application's slowest aggregator (rank 0) first
-                w = sorted(
-                    win, key=lambda r: (rad_agg[rs["agg"][r]], app_of[r], rs["arrival"][r], r)
-                )
+                if interleave:  # every application's slowest (RAD 0) first, then the next
+                    w = sorted(
+                        win,
+                        key=lambda r: (rad_agg[rs["agg"][r]], app_of[r], rs["arrival"][r], r),
+                    )
+                else:  # application by application, each one's slowest aggregator first
+                    w = sorted(
+                        win,
+                        key=lambda r: (app_of[r], rad_agg[rs["agg"][r]], rs["arrival"][r], r),
+                    )
             else:
                 w = sorted(win, key=lambda r: (app_of[r], rs["arrival"][r], r))
             ad = [ad_agg[rs["agg"][r]] for r in w]
