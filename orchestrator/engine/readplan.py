@@ -1,0 +1,259 @@
+"""The pure core of a restart read: which stripes each I/O node's aggregator reads for
+one application, and which of their rows go to which task (no cluster, no file).
+
+A committed checkpoint's dataset is cut into stripes of ``stripe_bytes``; stripe
+``s`` lives on I/O node ``s % n_ionodes`` (:class:`orchestrator.layout.StripeLayout`),
+and a stripe may end inside a row. A restart asks, per **task**, for rows of some
+datasets, in any order, the same row possibly by several tasks (halo replicas).
+The aggregator of node ``K`` reads every stripe on ``K`` that holds a requested
+byte — one request in ``K``'s queue — and **shuffles**: each task gets, from each
+aggregator, its bytes found there. Bytes travel as **runs** ``[position in the
+task's rows, position in the dataset, length]`` clipped to stripes, so a task
+asking for a block of rows costs a few runs, not one index per row; a row cut by a
+stripe boundary comes in two runs from two aggregators.
+
+Examples
+--------
+>>> meta = {"u": {"shape": [10], "dtype": "<f8", "stripe_bytes": 32, "n_ionodes": 2,
+...               "checksums": {}}}
+>>> plan = plan_reads(meta, [{"u": range(0, 6)}, {"u": [9, 2]}], n_nodes=2)
+>>> [a.stripes["u"].tolist() for a in plan.aggregators]
+[[0, 2], [1]]
+>>> plan.aggregators[0].pieces[1]["u"].tolist()   # task 1: row 9 (bytes 72..80) first
+[[0, 72, 8]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InputError
+from ..specs import dtype_from_json
+
+__all__ = ["AggregatorPlan", "DatasetMeta", "ReadPlan", "plan_reads", "split_at", "to_runs"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """What a reader needs of one dataset of the manifest."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    stripe_bytes: int
+    n_ionodes: int
+    checksums: dict[str, str]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row (the item size for a 1-D dataset)."""
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole dataset."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def stripe_node(self, stripe: IntArray | int, n_nodes: int) -> Any:
+        """The I/O worker serving a stripe: the writer's node, folded onto ``n_nodes``."""
+        return (stripe % self.n_ionodes) % n_nodes
+
+
+@dataclass
+class AggregatorPlan:
+    """One application's aggregator on one I/O node: the stripes it reads (per dataset,
+    ascending) and, per task, the byte runs ``[position, offset, length]`` it sends
+    there (position in the task's rows, offset in the dataset)."""
+
+    node: int
+    stripes: dict[str, IntArray] = field(default_factory=dict)
+    pieces: dict[int, dict[str, IntArray]] = field(default_factory=dict)
+
+    def read_bytes(self, meta: Mapping[str, DatasetMeta]) -> int:
+        """Bytes this aggregator reads."""
+        total = 0
+        for name, st in self.stripes.items():
+            m = meta[name]
+            ends = np.minimum((st + 1) * m.stripe_bytes, m.nbytes)
+            total += int((ends - st * m.stripe_bytes).sum())
+        return total
+
+    def sends(self, meta: Mapping[str, DatasetMeta]) -> dict[int, int]:
+        """Bytes this aggregator sends to each task."""
+        return {t: sum(int(r[:, 2].sum()) for r in per.values()) for t, per in self.pieces.items()}
+
+
+@dataclass
+class ReadPlan:
+    """Every I/O node's aggregator for one application, and each task's row counts."""
+
+    meta: dict[str, DatasetMeta]
+    aggregators: list[AggregatorPlan]
+    #: per task, per dataset: how many rows it asked for (its output's length)
+    lengths: list[dict[str, int]]
+
+    @property
+    def n_tasks(self) -> int:
+        """Tasks of the restart."""
+        return len(self.lengths)
+
+
+def dataset_metas(manifest: Mapping[str, Any]) -> dict[str, DatasetMeta]:
+    """The manifest's datasets as :class:`DatasetMeta` (``manifest["datasets"]``).
+
+    Examples
+    --------
+    >>> m = dataset_metas({"u": {"shape": [4, 2], "dtype": "<f4", "stripe_bytes": 16,
+    ...                          "n_ionodes": 2, "checksums": {}}})
+    >>> m["u"].row_bytes, m["u"].nbytes
+    (8, 32)
+    """
+    return {
+        name: DatasetMeta(
+            name,
+            tuple(int(x) for x in ds["shape"]),
+            np.dtype(dtype_from_json(ds["dtype"])),
+            int(ds["stripe_bytes"]),
+            int(ds.get("n_ionodes", 1)),
+            dict(ds["checksums"]),
+        )
+        for name, ds in manifest.items()
+    }
+
+
+def to_runs(rows: IntArray) -> IntArray:
+    """Rows (in the order wanted) as runs ``[position, first row, length]`` of consecutive
+    increasing rows.
+
+    Examples
+    --------
+    >>> to_runs(np.array([4, 5, 6, 1, 2, 9])).tolist()
+    [[0, 4, 3], [3, 1, 2], [5, 9, 1]]
+    """
+    if rows.size == 0:
+        return np.empty((0, 3), dtype=np.int64)
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate(([0], cut))
+    lengths = np.diff(np.concatenate((starts, [rows.size])))
+    return np.stack([starts, rows[starts], lengths], axis=1).astype(np.int64)
+
+
+def split_at(runs: IntArray, unit: int) -> IntArray:
+    """Runs ``[position, start, length]`` cut where they cross a multiple of ``unit``.
+
+    Examples
+    --------
+    >>> split_at(np.array([[0, 6, 12]]), 8).tolist()
+    [[0, 6, 2], [2, 8, 8], [10, 16, 2]]
+    """
+    rps = unit
+    if runs.size == 0:
+        return runs
+    first = runs[:, 1] // rps
+    last = (runs[:, 1] + runs[:, 2] - 1) // rps
+    count = last - first + 1
+    if (count == 1).all():
+        return runs
+    rep = np.repeat(np.arange(runs.shape[0]), count)
+    k = np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)  # piece within run
+    stripe = first[rep] + k
+    lo = np.maximum(runs[rep, 1], stripe * rps)
+    hi = np.minimum(runs[rep, 1] + runs[rep, 2], (stripe + 1) * rps)
+    pos = runs[rep, 0] + (lo - runs[rep, 1])
+    return np.stack([pos, lo, hi - lo], axis=1)
+
+
+def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray:
+    where = f"requests[{task}][{name!r}]"
+    if isinstance(rows, slice):
+        rows = range(*rows.indices(n_rows))
+    if isinstance(rows, range):
+        if rows.step == 1 or len(rows) <= 1:
+            out = np.arange(rows.start, rows.start + len(rows), dtype=np.int64)
+        else:
+            out = np.asarray(rows, dtype=np.int64)
+    else:
+        a = np.asarray(rows)
+        if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+            raise InputError(f"{where} must be row numbers (1-D whole numbers), got {a.dtype}")
+        out = a.astype(np.int64)
+    if out.size and (out.min() < 0 or out.max() >= n_rows):
+        bad = int(out[(out < 0) | (out >= n_rows)][0])
+        raise InputError(f"{where} asks for row {bad}; the dataset has rows 0..{n_rows - 1}")
+    return out
+
+
+def plan_reads(
+    manifest_datasets: Mapping[str, Any],
+    requests: Sequence[Mapping[str, Any]],
+    n_nodes: int,
+) -> ReadPlan:
+    """Each I/O node's aggregator for one application's restart.
+
+    Parameters
+    ----------
+    manifest_datasets : mapping
+        The checkpoint manifest's ``datasets``.
+    requests : sequence of mappings
+        Per task, ``{dataset: rows}``: rows as row numbers in the order wanted
+        (replicas allowed), a ``range`` or a ``slice``.
+    n_nodes : int
+        I/O workers reading (stripes of a checkpoint written for another count are
+        folded onto them).
+
+    Examples
+    --------
+    >>> meta = {"u": {"shape": [8, 2], "dtype": "<i4", "stripe_bytes": 16,
+    ...               "n_ionodes": 2, "checksums": {}}}
+    >>> p = plan_reads(meta, [{"u": slice(0, 8)}], n_nodes=2)
+    >>> [a.read_bytes(p.meta) for a in p.aggregators], p.lengths
+    ([32, 32], [{'u': 8}])
+    """
+    if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 1:
+        raise InputError(f"n_nodes must be a whole number >= 1, got {n_nodes!r}")
+    if isinstance(requests, Mapping) or not isinstance(requests, Sequence) or not requests:
+        raise InputError(
+            "requests must be a non-empty list with one {dataset: rows} mapping per task, got "
+            f"{type(requests).__name__}"
+        )
+    meta = dataset_metas(manifest_datasets)
+    aggs = [AggregatorPlan(k) for k in range(n_nodes)]
+    lengths: list[dict[str, int]] = []
+    needed: list[dict[str, list[IntArray]]] = [{} for _ in range(n_nodes)]
+    for t, req in enumerate(requests):
+        if not isinstance(req, Mapping):
+            raise InputError(
+                f"requests[{t}] must be a mapping {{dataset: rows}}, got {type(req).__name__}"
+            )
+        mine: dict[str, int] = {}
+        for name, rows in req.items():
+            m = meta.get(name) if isinstance(name, str) else None
+            if m is None:
+                raise InputError(
+                    f"requests[{t}] names dataset {name!r}; the checkpoint has "
+                    f"{', '.join(sorted(meta)) or 'none'}"
+                )
+            if not m.shape:
+                raise InputError(f"requests[{t}][{name!r}]: a scalar dataset has no rows")
+            r = _rows(t, name, rows, m.shape[0])
+            mine[name] = int(r.size)
+            runs = to_runs(r) * np.array([m.row_bytes, m.row_bytes, m.row_bytes])
+            runs = split_at(runs[runs[:, 2] > 0], m.stripe_bytes)
+            stripe = runs[:, 1] // m.stripe_bytes
+            node = m.stripe_node(stripe, n_nodes)
+            for k in np.unique(node).tolist():
+                part = runs[node == k]
+                aggs[k].pieces.setdefault(t, {})[name] = part
+                needed[k].setdefault(name, []).append(np.unique(stripe[node == k]))
+        lengths.append(mine)
+    for k, per in enumerate(needed):
+        for name, parts in per.items():
+            aggs[k].stripes[name] = np.unique(np.concatenate(parts))
+    return ReadPlan(meta, aggs, lengths)

@@ -1,0 +1,281 @@
+"""The I/O node's side of a restart read: one server thread per I/O node in the worker
+process serves the aggregators' requests one at a time, in the read policy's order
+over every request it holds — from every application restarting at that moment.
+
+An aggregator task (:func:`aggregate`) queues its request here, leaves Dask's thread
+pool while it waits (``secede``: the worker's one thread runs the next aggregator,
+so the node sees every pending request), gets its stripes back, checked against
+the manifest's checksums, and cuts them into the pieces its tasks need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError
+from .checksums import stripe_checksum
+
+__all__ = ["AggregatorTask", "aggregate", "served"]
+
+
+@dataclass
+class AggregatorTask:
+    """What one aggregator needs: the checkpoint, its stripes and pieces, and what its
+    node orders it by (its application, collective access, estimated read and shuffle,
+    its application's largest shuffle)."""
+
+    path: str
+    fmt: str
+    node: int
+    app: tuple[int, str]
+    access: int
+    policy: str
+    window: int
+    threshold: float
+    read_seconds: float
+    shuffle_seconds: float
+    app_shuffle: float
+    #: per dataset: (dtype str, row shape, stripe bytes, total bytes, checksums)
+    datasets: dict[str, tuple[str, tuple[int, ...], int, int, dict[str, str]]]
+    stripes: dict[str, Any]
+    pieces: dict[int, dict[str, Any]]
+
+
+@dataclass
+class _Request:
+    task: AggregatorTask
+    arrival: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+    start: float = 0.0
+    end: float = 0.0
+    position: int = 0
+
+
+class _NodeServer:
+    """One I/O node's queue and the thread that serves it."""
+
+    def __init__(self, node: int) -> None:
+        self.node = node
+        self.cond = threading.Condition()
+        self.pending: list[_Request] = []
+        self.arrivals = itertools.count()
+        self.served = 0
+        #: (application, access, start, end) of every request served, in order
+        self.log: list[tuple[tuple[int, str], int, float, float]] = []
+        self.thread = threading.Thread(target=self._loop, name=f"iorch-read-io-{node}", daemon=True)
+        self.thread.start()
+
+    def submit(self, task: AggregatorTask) -> _Request:
+        with self.cond:
+            req = _Request(task, next(self.arrivals))
+            self.pending.append(req)
+            self.cond.notify_all()
+        return req
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                req = self._next()
+                self.pending.remove(req)
+            req.start = time.time()
+            try:
+                req.result = _read(req.task)
+            except BaseException as err:  # handed to the aggregator, raised there
+                req.error = err
+            req.end = time.time()
+            with self.cond:
+                req.position = self.served
+                self.served += 1
+                self.log.append((req.task.app, req.task.access, req.start, req.end))
+            req.done.set()
+
+    def _next(self) -> _Request:
+        """The head of the policy's order over what is pending."""
+        if len(self.pending) == 1:
+            return self.pending[0]
+        policies = {r.task.policy for r in self.pending}
+        policy = policies.pop() if len(policies) == 1 else "nio"  # disagreeing: arrival
+        if policy == "nio":
+            return min(self.pending, key=lambda r: r.arrival)
+        from ..reads import ReadSet, order_reads  # Numba: loaded when ordering is needed
+
+        apps = sorted({r.task.app for r in self.pending})
+        rank = {a: i for i, a in enumerate(apps)}
+        n = len(self.pending)
+        # one phantom aggregator per application carries its largest shuffle, so that
+        # acceptable delays are those of the whole application, not of what is here
+        agg_app = [rank[r.task.app] for r in self.pending] + list(range(len(apps)))
+        worst = {a: 0.0 for a in apps}
+        for r in self.pending:
+            worst[r.task.app] = max(worst[r.task.app], r.task.app_shuffle)
+        shuffle = [r.task.shuffle_seconds for r in self.pending] + [worst[a] for a in apps]
+        access = [r.task.access for r in self.pending] + [0] * len(apps)
+        rs = ReadSet(
+            node=[0] * n,
+            agg=list(range(n)),
+            read=[r.task.read_seconds for r in self.pending],
+            agg_app=agg_app,
+            shuffle=shuffle,
+            arrival=[r.arrival for r in self.pending],
+            access=access,
+            n_nodes=1,
+        )
+        head = order_reads(rs, policy, self.pending[0].task.window, self.pending[0].task.threshold)
+        return self.pending[int(head[0][0])]
+
+
+_SERVERS: dict[int, _NodeServer] = {}
+_LOCK = threading.Lock()
+
+
+def _server(node: int) -> _NodeServer:
+    with _LOCK:
+        if node not in _SERVERS:
+            _SERVERS[node] = _NodeServer(node)
+        return _SERVERS[node]
+
+
+def served(node: int) -> list[tuple[tuple[int, str], int, float, float]]:
+    """What this process's server of ``node`` served, in order: (application, access,
+    start, end) — for tests and the benchmark's pictures.
+
+    Examples
+    --------
+    >>> served(99)
+    []
+    """
+    with _LOCK:
+        s = _SERVERS.get(node)
+    if s is None:
+        return []
+    with s.cond:
+        return list(s.log)
+
+
+class _Stripes:
+    """Reads stripes of one checkpoint: ``pread`` where the dataset is one contiguous
+    extent of one HDF5 file, the format's own reader otherwise."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        self.path, self.fmt = Path(path), fmt
+        self.base: dict[str, int | None] = {}
+        self.fd: int | None = None
+        if fmt == "hdf5":
+            import h5py
+
+            with h5py.File(self.path, "r") as f:
+                for name in f:
+                    ds = f[name]
+                    if isinstance(ds, h5py.Dataset):
+                        off = ds.id.get_offset() if ds.chunks is None else None
+                        self.base[name] = None if off is None else int(off)
+            self.fd = os.open(self.path, os.O_RDONLY)
+
+    def read(self, name: str, offset: int, nbytes: int) -> bytes:
+        base = self.base.get(name)
+        if self.fd is not None and base is not None:
+            data = os.pread(self.fd, nbytes, base + offset)
+            if len(data) != nbytes:
+                raise CheckpointError(f"{self.path}: {name}: stripe at byte {offset} is truncated")
+            return data
+        from .backends import get_backend
+
+        return get_backend(self.fmt).read_bytes(self.path, name, offset, nbytes)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _read(task: AggregatorTask) -> dict[str, np.ndarray]:
+    """Every stripe of the aggregator, checked: per dataset one byte buffer, stripe ``i``
+    of its (ascending) stripes at ``i * stripe_bytes``."""
+    reader = _Stripes(task.path, task.fmt)
+    out: dict[str, np.ndarray] = {}
+    try:
+        for name, stripes in task.stripes.items():
+            _, _, sb, total, sums = task.datasets[name]
+            buf = np.empty(len(stripes) * sb, dtype=np.uint8)
+            for i, s in enumerate(np.asarray(stripes).tolist()):
+                off = s * sb
+                n = min(sb, total - off)
+                try:
+                    data = reader.read(name, off, n)
+                except CheckpointError:
+                    raise
+                except Exception as err:  # h5py / zarr raise their own
+                    raise CheckpointError(
+                        f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
+                        f"cannot be read: {type(err).__name__}: {err}"
+                    ) from err
+                want = sums.get(str(off))
+                got = stripe_checksum(data)
+                if want != got:
+                    raise CheckpointError(
+                        f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
+                        f"does not match the manifest: checksum {got}, manifest says {want}"
+                    )
+                buf[i * sb : i * sb + n] = np.frombuffer(data, dtype=np.uint8)
+            out[name] = buf
+    finally:
+        reader.close()
+    return out
+
+
+def aggregate(task: AggregatorTask) -> dict[str, Any]:
+    """Queue the request on this I/O node, wait for it to be served, and cut the rows
+    into each task's piece ``{dataset: (positions, rows)}``; also what was served.
+
+    Examples
+    --------
+    >>> out = client.submit(aggregate, task, workers=[io0]).result()  # doctest: +SKIP
+    """
+    req = _server(task.node).submit(task)
+    try:
+        from distributed import secede
+
+        secede()  # the worker's thread runs the next aggregator meanwhile
+    except (ImportError, ValueError):  # not in a worker (tests call it directly)
+        pass
+    req.done.wait()
+    if req.error is not None:
+        raise req.error
+    from ..kernels.runs import gather_runs  # Numba: only in the workers that read
+
+    bufs = req.result
+    pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for t, per in task.pieces.items():
+        piece = {}
+        for name, runs in per.items():
+            runs = np.asarray(runs, dtype=np.int64)
+            sb = task.datasets[name][2]
+            stripe = runs[:, 1] // sb
+            slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
+            src = slot * sb + runs[:, 1] - stripe * sb
+            piece[name] = (runs[:, 0], runs[:, 2], gather_runs(bufs[name], src, runs[:, 2]))
+        pieces[t] = piece
+    return {
+        "pieces": pieces,
+        "served": {
+            "node": task.node,
+            "app": task.app,
+            "position": req.position,
+            "arrival": req.arrival,
+            "start": req.start,
+            "end": req.end,
+            "bytes": sum(a.nbytes for a in bufs.values()),
+        },
+    }

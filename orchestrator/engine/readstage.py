@@ -1,0 +1,385 @@
+"""Restart reads on the cluster: :func:`read_stage` reads rows of a committed checkpoint
+into tasks by a two-phase collective read — aggregators on the I/O workers read the
+stripes their node holds, in the read policy's order, check them against the
+manifest, and Dask moves each task's rows to the worker that runs it.
+
+No task opens the file. Several restarts may run at once on one cluster (start them
+with ``wait=False``); every I/O node orders all the requests it holds by the policy
+(:mod:`orchestrator.engine.readserver`; the policies: :doc:`/reads/index`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError, InputError
+from .backends import checkpoint_path, format_of, read_checked_manifest
+from .cluster import IOCluster
+from .readplan import ReadPlan, plan_reads
+from .readserver import AggregatorTask, aggregate
+
+__all__ = ["Links", "ReadResult", "measure_links", "read_stage"]
+
+_APPS = itertools.count()
+#: the read policies a node knows (orchestrator.reads.READ_POLICIES, not imported here:
+#: it would load Numba into every driver that only writes)
+POLICIES = ("nio", "sio", "hio")
+
+
+@dataclass(frozen=True)
+class Links:
+    """The cluster's shuffle costs (the HIO paper's eq. 1-2): bytes/s between two workers
+    of one host and of two hosts, and the latency of one message."""
+
+    b_intra: float
+    b_inter: float
+    gamma: float
+
+    def seconds(self, nbytes: int, same_host: bool) -> float:
+        """One message's time."""
+        return nbytes / (self.b_intra if same_host else self.b_inter) + self.gamma
+
+
+_LINKS: dict[str, Links] = {}
+_LINKS_LOCK = threading.Lock()
+
+
+def _host(address: str) -> str:
+    from distributed.comm import get_address_host
+
+    return str(get_address_host(address))
+
+
+def _move_seconds(client: Any, src: str, dst: str, nbytes: int) -> float:
+    blob = client.submit(np.ones, nbytes, np.uint8, workers=[src], pure=False)
+    blob.result()
+    t0 = time.perf_counter()
+    size = client.submit(len, blob, workers=[dst], pure=False)
+    size.result()
+    seconds = time.perf_counter() - t0
+    size.release()
+    blob.release()
+    return seconds
+
+
+def measure_links(cluster: IOCluster, nbytes: int = 16 << 20, refresh: bool = False) -> Links:
+    """Measure (once per cluster, then cached) what a shuffle message costs: ping-pongs
+    between real workers — a 1-byte one for the latency, ``nbytes`` for the bandwidth,
+    within one host and between hosts where the cluster has two.
+
+    Examples
+    --------
+    >>> links = measure_links(cl)  # doctest: +SKIP
+    >>> links.b_intra > 1e8
+    True
+    """
+    key = cluster.address
+    with _LINKS_LOCK:
+        if key in _LINKS and not refresh:
+            return _LINKS[key]
+    workers = list(dict.fromkeys(cluster.ionodes + cluster.compute))
+    if len(workers) < 2:  # one worker: every message stays in its process
+        links = Links(float("inf"), float("inf"), 0.0)
+    else:
+        by_host: dict[str, list[str]] = {}
+        for w in workers:
+            by_host.setdefault(_host(w), []).append(w)
+        same = next((ws for ws in by_host.values() if len(ws) > 1), None)
+        hosts = list(by_host.values())
+        pair_intra = (same[0], same[1]) if same else None
+        pair_inter = (hosts[0][0], hosts[1][0]) if len(hosts) > 1 else None
+        client = cluster.client
+
+        def rate(pair: tuple[str, str]) -> tuple[float, float]:
+            gamma = min(_move_seconds(client, *pair, 1) for _ in range(3))
+            big = min(_move_seconds(client, *pair, nbytes) for _ in range(2))
+            return nbytes / max(big - gamma, 1e-9), gamma
+
+        intra = rate(pair_intra) if pair_intra else None
+        inter = rate(pair_inter) if pair_inter else None
+        first = intra or inter
+        assert first is not None
+        links = Links(
+            (intra or first)[0], (inter or first)[0], min(x[1] for x in (intra, inter) if x)
+        )
+    with _LINKS_LOCK:
+        _LINKS[key] = links
+    return links
+
+
+@dataclass
+class ReadResult:
+    """A restart read: per task a Dask future of its rows ``{dataset: array}`` (on the
+    worker that will run the task), what each I/O node served, and the sizes.
+
+    ``data`` holds the rows themselves when :func:`read_stage` gathered them (no
+    cluster given: the embedded one is gone after the call)."""
+
+    futures: list[Any]
+    plan: ReadPlan
+    application: tuple[int, str]
+    policy: str
+    started: float
+    _served: list[Any] = field(default_factory=list, repr=False)
+    data: list[dict[str, np.ndarray]] | None = None
+    seconds: float | None = None
+    served: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes the aggregators read (whole stripes)."""
+        return sum(a.read_bytes(self.plan.meta) for a in self.plan.aggregators)
+
+    @property
+    def bytes_shuffled(self) -> int:
+        """Bytes sent from the aggregators to the tasks (replicas counted each time)."""
+        return sum(sum(a.sends(self.plan.meta).values()) for a in self.plan.aggregators)
+
+    def wait(self) -> ReadResult:
+        """Wait until every task's rows are on its worker; raise the first failure
+        (a damaged stripe: :class:`~orchestrator.errors.CheckpointError`).
+
+        Examples
+        --------
+        >>> res = read_stage("ck.h5", reqs, cluster=cl, wait=False).wait()  # doctest: +SKIP
+        """
+        from distributed import wait
+
+        wait(self.futures + self._served)
+        for f in self._served + self.futures:
+            if f.status == "error":
+                f.result()  # raises the aggregator's error, as it was raised
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - self.started
+            self.served = sorted(
+                (f.result() for f in self._served), key=lambda s: (s["node"], s["position"])
+            )
+        return self
+
+    def gather(self) -> list[dict[str, np.ndarray]]:
+        """Every task's rows, here (for small restarts and tests).
+
+        Examples
+        --------
+        >>> rows = read_stage("ck.h5", reqs, cluster=cl).gather()  # doctest: +SKIP
+        """
+        if self.data is not None:
+            return self.data
+        self.wait()
+        return [f.result() for f in self.futures]
+
+
+def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
+    return out["pieces"].get(task, {})
+
+
+def _served(out: dict[str, Any]) -> dict[str, Any]:
+    return out["served"]
+
+
+def _assemble(
+    lengths: dict[str, int], kinds: dict[str, tuple[str, tuple[int, ...]]], *pieces: Any
+) -> dict[str, np.ndarray]:
+    """One task's rows, in the order it asked for them, from its pieces' byte runs."""
+    from ..kernels.runs import scatter_runs
+
+    out = {}
+    for name, n in lengths.items():
+        dtype, row_shape = np.dtype(kinds[name][0]), kinds[name][1]
+        row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+        buf = np.empty(n * row_bytes, dtype=np.uint8)
+        for piece in pieces:
+            if name in piece:
+                dst, length, data = piece[name]
+                scatter_runs(buf, dst, length, data)
+        out[name] = buf.view(dtype).reshape((n, *row_shape))
+    return out
+
+
+def read_stage(
+    checkpoint: str | os.PathLike[str],
+    requests: Sequence[Mapping[str, Any]],
+    *,
+    policy: str = "hio",
+    cluster: IOCluster | None = None,
+    workers: Sequence[str] | None = None,
+    application: str | None = None,
+    access: int = 0,
+    window: int = 10,
+    threshold: float = 0.2,
+    wait: bool = True,
+) -> ReadResult:
+    """Read rows of a committed checkpoint into tasks through the I/O workers.
+
+    Parameters
+    ----------
+    checkpoint : path
+        An HDF5 file or Zarr directory a stage committed.
+    requests : sequence of mappings
+        Per task, ``{dataset: rows}``: row numbers in the order the task wants them
+        (the same row may go to several tasks: halo replicas), a ``range`` or a
+        ``slice``. The checkpoint's decomposition does not matter.
+    policy : {"hio", "sio", "nio"}
+        How each I/O node orders the requests of concurrent restarts.
+    cluster : IOCluster, optional
+        Where to read; default: an embedded cluster started for this call, the rows
+        gathered here before it stops (``result.data``).
+    workers : sequence of str, optional
+        Per task, the worker its rows go to (default: the compute workers in turn).
+    application, access : optional
+        The restart's name and collective access (several reads of one application are
+        served in access order on every node). Applications are ordered by start time.
+    window, threshold : optional
+        The read policy's window width and HIO's shuffle ÷ read threshold.
+    wait : bool
+        Return when every task has its rows (default) or at once (``result.wait()``).
+
+    Returns
+    -------
+    ReadResult
+
+    Raises
+    ------
+    CheckpointError
+        Not a committed checkpoint, or a stripe that does not match its manifest (named).
+    InputError
+        A bad request, named by task and dataset.
+
+    Examples
+    --------
+    >>> res = read_stage("ck.h5", [{"u": slice(0, 50)}, {"u": range(40, 100)}],
+    ...                  cluster=cl)  # doctest: +SKIP
+    >>> res.gather()[1]["u"].shape  # doctest: +SKIP
+    (60,)
+    """
+    if policy not in POLICIES:
+        raise InputError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if not isinstance(access, int) or isinstance(access, bool) or access < 0:
+        raise InputError(f"access must be a whole number >= 0, got {access!r}")
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise InputError(f"window must be a whole number >= 1, got {window!r}")
+    if not isinstance(threshold, (int, float)) or not threshold >= 0 or threshold == float("inf"):
+        raise InputError(f"threshold must be a number >= 0, got {threshold!r}")
+    if application is not None and not isinstance(application, str):
+        raise InputError(f"application must be a name, got {application!r}")
+    path = checkpoint_path(checkpoint)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
+    manifest = read_checked_manifest(path)
+    fmt = format_of(path)
+    if cluster is None:
+        from .cluster import local_cluster
+
+        with local_cluster() as own:
+            res = read_stage(
+                path,
+                requests,
+                policy=policy,
+                cluster=own,
+                workers=workers,
+                application=application,
+                access=access,
+                window=window,
+                threshold=threshold,
+            )
+            res.data = res.gather()
+            res.futures = []
+            res._served = []
+            return res
+    if not isinstance(cluster, IOCluster):
+        raise InputError(f"cluster must be an IOCluster, got {type(cluster).__name__}")
+    plan = plan_reads(manifest["datasets"], requests, cluster.n_ionodes)
+    n_tasks = plan.n_tasks
+    if workers is None:
+        targets = [cluster.compute_worker(t) for t in range(n_tasks)]
+    else:
+        if isinstance(workers, str) or len(workers) != n_tasks:
+            raise InputError(f"workers must name one worker per task ({n_tasks}), got {workers!r}")
+        targets = [str(w) for w in workers]
+    links = measure_links(cluster) if policy == "hio" else Links(1.0, 1.0, 0.0)
+    started = time.perf_counter()
+    app = (time.time_ns(), application or f"restart-{os.getpid()}-{next(_APPS)}")
+    kinds = {name: (m.dtype.str, tuple(m.shape[1:])) for name, m in plan.meta.items() if m.shape}
+    hosts = {w: _host(w) for w in set(targets) | set(cluster.ionodes)}
+    live = [a for a in plan.aggregators if a.stripes]
+    shuffles = []
+    for a in live:
+        io = cluster.ionodes[a.node]
+        sends = a.sends(plan.meta)
+        shuffles.append(
+            max(
+                (links.seconds(b, hosts[targets[t]] == hosts[io]) for t, b in sends.items()),
+                default=0.0,
+            )
+            if policy == "hio"
+            else 0.0
+        )
+    app_shuffle = max(shuffles, default=0.0)
+    disk = _disk_rate()
+    client = cluster.client
+    outs, served = {}, []
+    for a, sh in zip(live, shuffles, strict=True):
+        io = cluster.ionodes[a.node]
+        task = AggregatorTask(
+            path=str(path),
+            fmt=fmt,
+            node=a.node,
+            app=app,
+            access=access,
+            policy=policy,
+            window=window,
+            threshold=float(threshold),
+            read_seconds=a.read_bytes(plan.meta) / disk,
+            shuffle_seconds=sh,
+            app_shuffle=app_shuffle,
+            datasets={
+                name: (
+                    m.dtype.str,
+                    tuple(m.shape[1:]),
+                    m.stripe_bytes,
+                    m.nbytes,
+                    m.checksums,
+                )
+                for name, m in plan.meta.items()
+                if name in a.stripes
+            },
+            stripes=a.stripes,
+            pieces=a.pieces,
+        )
+        outs[a.node] = client.submit(aggregate, task, workers=[io], pure=False)
+        served.append(client.submit(_served, outs[a.node], workers=[io], pure=False))
+    futures = []
+    for t in range(n_tasks):
+        pieces = [
+            client.submit(_piece, outs[a.node], t, workers=[cluster.ionodes[a.node]], pure=False)
+            for a in live
+            if t in a.pieces
+        ]
+        futures.append(
+            client.submit(
+                _assemble,
+                plan.lengths[t],
+                {name: kinds[name] for name in plan.lengths[t]},
+                *pieces,
+                workers=[targets[t]],
+                pure=False,
+            )
+        )
+    res = ReadResult(futures, plan, app, policy, started, served)
+    return res.wait() if wait else res
+
+
+def _disk_rate() -> float:
+    """The read rate HIO's estimates use: a modern disk (the shuffle is measured; reads
+    are estimated, the threshold compares the two)."""
+    from ..cost import get_cost_model
+
+    return float(get_cost_model("modern").disk_bandwidth)
