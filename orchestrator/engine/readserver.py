@@ -23,7 +23,15 @@ import numpy as np
 from ..errors import CheckpointError
 from .checksums import stripe_checksum
 
-__all__ = ["AggregatorTask", "aggregate", "served"]
+__all__ = [
+    "AggregatorTask",
+    "Segment",
+    "aggregate",
+    "copy_from_segment",
+    "release",
+    "served",
+    "sweep",
+]
 
 
 @dataclass
@@ -47,6 +55,11 @@ class AggregatorTask:
     datasets: dict[str, tuple[str, tuple[int, ...], int, int, dict[str, str]]]
     stripes: dict[str, Any]
     pieces: dict[int, dict[str, Any]]
+    #: tasks on this worker's host: their rows are left in shared memory for them to
+    #: map or copy, in one segment per dataset (named here) that every aggregator of the
+    #: application on this host writes its stripes into, at their place in the dataset
+    local: frozenset[int] = frozenset()
+    segments: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -143,6 +156,8 @@ _LOCK = threading.Lock()
 def _server(node: int) -> _NodeServer:
     with _LOCK:
         if node not in _SERVERS:
+            if not _SERVERS:
+                sweep()  # what workers that died before us left in shared memory
             _SERVERS[node] = _NodeServer(node)
         return _SERVERS[node]
 
@@ -172,6 +187,7 @@ class _Stripes:
         self.path, self.fmt = Path(path), fmt
         self.base: dict[str, int | None] = {}
         self.fd: int | None = None
+        self.map: Any = None
         if fmt == "hdf5":
             import h5py
 
@@ -183,21 +199,199 @@ class _Stripes:
                         self.base[name] = None if off is None else int(off)
             self.fd = os.open(self.path, os.O_RDONLY)
 
-    def read(self, name: str, offset: int, nbytes: int) -> bytes:
+    def view(self, name: str, offset: int, nbytes: int) -> memoryview | None:
+        """The bytes in place (the file mapped read-only: no copy), where the dataset is
+        one extent of one file; None otherwise."""
+        base = self.base.get(name)
+        if self.fd is None or base is None:
+            return None
+        if self.map is None:
+            import mmap
+
+            size = os.fstat(self.fd).st_size
+            self.map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
+        if base + offset + nbytes > len(self.map):
+            raise CheckpointError(f"{self.path}: {name}: stripe at byte {offset} is truncated")
+        return memoryview(self.map)[base + offset : base + offset + nbytes]
+
+    def read_into(self, name: str, offset: int, out: memoryview) -> None:
+        """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
+        can read straight into it)."""
         base = self.base.get(name)
         if self.fd is not None and base is not None:
-            data = os.pread(self.fd, nbytes, base + offset)
-            if len(data) != nbytes:
+            got = os.preadv(self.fd, [out], base + offset)
+            if got != len(out):
                 raise CheckpointError(f"{self.path}: {name}: stripe at byte {offset} is truncated")
-            return data
+            return
         from .backends import get_backend
 
-        return get_backend(self.fmt).read_bytes(self.path, name, offset, nbytes)
+        data = get_backend(self.fmt).read_bytes(self.path, name, offset, len(out))
+        if len(data) != len(out):
+            raise CheckpointError(f"{self.path}: {name}: stripe at byte {offset} is truncated")
+        out[:] = data
 
     def close(self) -> None:
+        # the mapping goes with its last view (a buffer handed out may still use it)
+        self.map = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+SHM = Path("/dev/shm")
+_PREFIX = "iorch-read-"
+_SEGMENTS: dict[tuple[int, str], list[Segment]] = {}  # per application, to release
+
+
+class Segment:
+    """One dataset of one restart in shared memory on this host: a file in ``/dev/shm``
+    holding the dataset's bytes at their offsets (sparse: only the stripes written take
+    memory). Every aggregator of the restart on this host writes into it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path = SHM / name
+        self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        st = os.fstat(self.fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # someone else's file, by name
+            os.close(self.fd)
+            self.fd = None
+            raise CheckpointError(f"{self.path} exists and is not this restart's: refused")
+
+    def write(self, data: memoryview, offset: int) -> None:
+        """Put ``data`` at ``offset``."""
+        assert self.fd is not None
+        if os.pwrite(self.fd, data, offset) != len(data):
+            raise OSError(f"short write to {self.path}")
+
+    def release(self) -> None:
+        """Remove the segment; tasks that mapped it keep their rows."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def segment_name(app: tuple[int, str], token: str, dataset: int) -> str:
+    """The name of a restart's segment: this host, the driver's PID (for :func:`sweep`),
+    a token unique to the restart, the dataset's number.
+
+    Examples
+    --------
+    >>> segment_name((1, "a"), "12-3", 0).startswith("iorch-read-")
+    True
+    """
+    return f"{_PREFIX}{_hostname()}-{token}-{dataset}"
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname().replace("-", "_")
+
+
+def release(app: tuple[int, str]) -> int:
+    """Remove the shared-memory segments this worker made for an application's restart
+    (its tasks have their rows); return how many.
+
+    Examples
+    --------
+    >>> release((0, "nothing"))
+    0
+    """
+    with _LOCK:
+        segs = _SEGMENTS.pop(tuple(app), [])  # type: ignore[arg-type]
+    for seg in segs:
+        seg.release()
+    return len(segs)
+
+
+def sweep() -> int:
+    """Remove the segments of workers that are gone (a restart whose driver or worker
+    died); return how many.
+
+    Examples
+    --------
+    >>> sweep() >= 0
+    True
+    """
+    gone = 0
+    try:
+        names = os.listdir(SHM)
+    except OSError:
+        return 0
+    here = _hostname()
+    for name in names:
+        if not name.startswith(_PREFIX):
+            continue
+        host, _, rest = name[len(_PREFIX) :].partition("-")
+        pid = rest.split("-", 1)[0]
+        try:
+            old = time.time() - os.stat(SHM / name).st_mtime > 86400
+        except OSError:
+            continue
+        # the driver of this host is gone; or a day old, whoever made it
+        if (host == here and pid.isdigit() and not Path(f"/proc/{pid}").exists()) or old:
+            try:
+                (SHM / name).unlink()
+                gone += 1
+            except OSError:
+                pass
+    return gone
+
+
+def map_segment(name: str, offset: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` of a segment from ``offset``, mapped copy-on-write: no copy is made
+    until the task writes to its rows.
+
+    Examples
+    --------
+    >>> rows = map_segment(name, 4096, 1 << 20)  # doctest: +SKIP
+    """
+    import mmap
+
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    fd = os.open(SHM / name, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        m = mmap.mmap(
+            fd,
+            offset + nbytes - start,
+            flags=mmap.MAP_PRIVATE,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            offset=start,
+        )
+    finally:
+        os.close(fd)
+    return np.frombuffer(m, dtype=np.uint8)[offset - start :]
+
+
+def copy_from_segment(
+    name: str, out: np.ndarray, dst: np.ndarray, src: np.ndarray, length: np.ndarray
+) -> None:
+    """Copy runs out of another process's segment on this host into ``out``: one
+    ``pread`` per run (the kernel copies; nothing is mapped), or for many small runs
+    (scattered rows) a read-only mapping and a kernel."""
+    fd = os.open(SHM / name, os.O_RDONLY)
+    try:
+        if length.size <= 256:
+            view = memoryview(out)
+            for d, s, n in zip(dst.tolist(), src.tolist(), length.tolist(), strict=True):
+                if os.preadv(fd, [view[d : d + n]], s) != n:
+                    raise OSError(f"short read from {SHM / name}")
+            return
+        import mmap
+
+        from ..kernels.runs import copy_runs
+
+        # not closed here: the kernel's view may outlive the call; the mapping goes with
+        # its last reference
+        m = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
+        copy_runs(out, dst, np.frombuffer(m, dtype=np.uint8), src, length)
+    finally:
+        os.close(fd)
 
 
 def _read(task: AggregatorTask) -> dict[str, np.ndarray]:
@@ -205,15 +399,34 @@ def _read(task: AggregatorTask) -> dict[str, np.ndarray]:
     of its (ascending) stripes at ``i * stripe_bytes``."""
     reader = _Stripes(task.path, task.fmt)
     out: dict[str, np.ndarray] = {}
+    segments: dict[str, Segment] = {}
     try:
         for name, stripes in task.stripes.items():
             _, _, sb, total, sums = task.datasets[name]
-            buf = np.empty(len(stripes) * sb, dtype=np.uint8)
+            seg = None
+            if task.local:  # some tasks take their rows straight out of shared memory
+                seg = Segment(task.segments[name])
+                with _LOCK:
+                    _SEGMENTS.setdefault(task.app, []).append(seg)
+                segments[name] = seg
+            if set(task.pieces) - task.local:  # and some get their rows through Dask
+                buf = np.empty(len(stripes) * sb, dtype=np.uint8)
+                scratch = None
+            else:
+                buf = np.empty(0, dtype=np.uint8)
+                scratch = np.empty(sb, dtype=np.uint8)  # one stripe at a time, kept warm
             for i, s in enumerate(np.asarray(stripes).tolist()):
                 off = s * sb
                 n = min(sb, total - off)
                 try:
-                    data = reader.read(name, off, n)
+                    view = reader.view(name, off, n)
+                    if view is not None:  # in place: checked there, copied once
+                        if scratch is None:
+                            buf[i * sb : i * sb + n] = view
+                    else:
+                        view = memoryview(buf if scratch is None else scratch)
+                        view = view[i * sb : i * sb + n] if scratch is None else view[:n]
+                        reader.read_into(name, off, view)
                 except CheckpointError:
                     raise
                 except Exception as err:  # h5py / zarr raise their own
@@ -222,17 +435,18 @@ def _read(task: AggregatorTask) -> dict[str, np.ndarray]:
                         f"cannot be read: {type(err).__name__}: {err}"
                     ) from err
                 want = sums.get(str(off))
-                got = stripe_checksum(data)
+                got = stripe_checksum(view)
                 if want != got:
                     raise CheckpointError(
                         f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
                         f"does not match the manifest: checksum {got}, manifest says {want}"
                     )
-                buf[i * sb : i * sb + n] = np.frombuffer(data, dtype=np.uint8)
+                if seg is not None:
+                    seg.write(view, off)
             out[name] = buf
     finally:
         reader.close()
-    return out
+    return {"buffers": out, "segments": {k: v.name for k, v in segments.items()}}
 
 
 def aggregate(task: AggregatorTask) -> dict[str, Any]:
@@ -255,7 +469,9 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
         raise req.error
     from ..kernels.runs import gather_runs  # Numba: only in the workers that read
 
-    bufs = req.result
+    bufs = req.result["buffers"]
+    names = req.result["segments"]
+    cut = time.time()
     pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     for t, per in task.pieces.items():
         piece = {}
@@ -265,7 +481,14 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
             stripe = runs[:, 1] // sb
             slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
             src = slot * sb + runs[:, 1] - stripe * sb
-            piece[name] = (runs[:, 0], runs[:, 2], gather_runs(bufs[name], src, runs[:, 2]))
+            if t in task.local:  # the task takes its runs out of shared memory itself
+                piece[name] = (runs[:, 0], runs[:, 2], (names[name], runs[:, 1]))
+                continue
+            if (src[1:] == src[:-1] + runs[:-1, 2]).all():  # one range of the buffer: a view
+                data = bufs[name][src[0] : src[-1] + runs[-1, 2]]
+            else:
+                data = gather_runs(bufs[name], src, runs[:, 2])
+            piece[name] = (runs[:, 0], runs[:, 2], data)
         pieces[t] = piece
     return {
         "pieces": pieces,
@@ -276,6 +499,7 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
             "arrival": req.arrival,
             "start": req.start,
             "end": req.end,
+            "cut_seconds": time.time() - cut,
             "bytes": sum(a.nbytes for a in bufs.values()),
         },
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,14 @@ from ..errors import CheckpointError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, plan_reads
-from .readserver import AggregatorTask, aggregate
+from .readserver import (
+    AggregatorTask,
+    aggregate,
+    copy_from_segment,
+    map_segment,
+    release,
+    segment_name,
+)
 
 __all__ = ["Links", "ReadResult", "measure_links", "read_stage"]
 
@@ -132,6 +140,8 @@ class ReadResult:
     data: list[dict[str, np.ndarray]] | None = None
     seconds: float | None = None
     served: list[dict[str, Any]] = field(default_factory=list)
+    _client: Any = field(default=None, repr=False)
+    _io: list[str] = field(default_factory=list, repr=False)
 
     @property
     def bytes_read(self) -> int:
@@ -153,7 +163,10 @@ class ReadResult:
         """
         from distributed import wait
 
-        wait(self.futures + self._served)
+        try:
+            wait(self.futures + self._served)
+        finally:
+            self._release()
         for f in self._served + self.futures:
             if f.status == "error":
                 f.result()  # raises the aggregator's error, as it was raised
@@ -163,6 +176,17 @@ class ReadResult:
                 (f.result() for f in self._served), key=lambda s: (s["node"], s["position"])
             )
         return self
+
+    def _release(self) -> None:
+        """Remove the shared-memory segments the aggregators left for the tasks (every
+        task has copied its rows once its future is done)."""
+        if self._client is None or not self._io:
+            return
+        client, self._client = self._client, None
+        try:
+            client.run(release, self.application, workers=self._io, on_error="return")
+        except Exception:  # a worker gone: its segments go with the next sweep
+            pass
 
     def gather(self) -> list[dict[str, np.ndarray]]:
         """Every task's rows, here (for small restarts and tests).
@@ -188,18 +212,34 @@ def _served(out: dict[str, Any]) -> dict[str, Any]:
 def _assemble(
     lengths: dict[str, int], kinds: dict[str, tuple[str, tuple[int, ...]]], *pieces: Any
 ) -> dict[str, np.ndarray]:
-    """One task's rows, in the order it asked for them, from its pieces' byte runs."""
+    """One task's rows, in the order it asked for them, from its pieces' byte runs.
+
+    Where the task asked for one range of rows and the pieces of this host lie in
+    shared memory, its array maps that range copy-on-write (no copy); pieces from
+    other hosts are written over it. Otherwise every run is copied into a new array.
+    """
     from ..kernels.runs import scatter_runs
 
     out = {}
     for name, n in lengths.items():
         dtype, row_shape = np.dtype(kinds[name][0]), kinds[name][1]
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-        buf = np.empty(n * row_bytes, dtype=np.uint8)
-        for piece in pieces:
-            if name in piece:
-                dst, length, data = piece[name]
+        mine = [p[name] for p in pieces if name in p]
+        shm = [p for p in mine if isinstance(p[2], tuple)]
+        # one range: every run's offset in the dataset minus its place in the task's rows
+        # is the same
+        shift = {int(s - d) for dst, _, data in shm for d, s in zip(dst, data[1], strict=True)}
+        buf: np.ndarray
+        if shm and len(shift) == 1 and len({p[2][0] for p in shm}) == 1 and n * row_bytes:
+            buf = map_segment(shm[0][2][0], shift.pop(), n * row_bytes)
+            shm = []  # in place already
+        else:
+            buf = np.empty(n * row_bytes, dtype=np.uint8)
+        for dst, length, data in mine:
+            if not isinstance(data, tuple):
                 scatter_runs(buf, dst, length, data)
+        for dst, length, (segment, src) in shm:
+            copy_from_segment(segment, buf, dst, src, length)
         out[name] = buf.view(dtype).reshape((n, *row_shape))
     return out
 
@@ -215,6 +255,7 @@ def read_stage(
     access: int = 0,
     window: int = 10,
     threshold: float = 0.2,
+    shuffle: str = "auto",
     wait: bool = True,
 ) -> ReadResult:
     """Read rows of a committed checkpoint into tasks through the I/O workers.
@@ -239,6 +280,10 @@ def read_stage(
         served in access order on every node). Applications are ordered by start time.
     window, threshold : optional
         The read policy's window width and HIO's shuffle ÷ read threshold.
+    shuffle : {"auto", "dask"}
+        How rows reach a task on the aggregator's own host: ``"auto"`` leaves them in
+        shared memory for the task to copy (one copy, no socket); ``"dask"`` sends
+        them through Dask like rows for other hosts.
     wait : bool
         Return when every task has its rows (default) or at once (``result.wait()``).
 
@@ -268,6 +313,8 @@ def read_stage(
         raise InputError(f"window must be a whole number >= 1, got {window!r}")
     if not isinstance(threshold, (int, float)) or not threshold >= 0 or threshold == float("inf"):
         raise InputError(f"threshold must be a number >= 0, got {threshold!r}")
+    if shuffle not in ("auto", "dask"):
+        raise InputError(f"shuffle must be 'auto' or 'dask', got {shuffle!r}")
     if application is not None and not isinstance(application, str):
         raise InputError(f"application must be a name, got {application!r}")
     path = checkpoint_path(checkpoint)
@@ -289,6 +336,7 @@ def read_stage(
                 access=access,
                 window=window,
                 threshold=threshold,
+                shuffle=shuffle,
             )
             res.data = res.gather()
             res.futures = []
@@ -307,6 +355,8 @@ def read_stage(
     links = measure_links(cluster) if policy == "hio" else Links(1.0, 1.0, 0.0)
     started = time.perf_counter()
     app = (time.time_ns(), application or f"restart-{os.getpid()}-{next(_APPS)}")
+    token = f"{os.getpid()}-{secrets.token_hex(8)}"  # unguessable: /dev/shm is shared
+    segments = {name: segment_name(app, token, i) for i, name in enumerate(sorted(plan.meta))}
     kinds = {name: (m.dtype.str, tuple(m.shape[1:])) for name, m in plan.meta.items() if m.shape}
     hosts = {w: _host(w) for w in set(targets) | set(cluster.ionodes)}
     live = [a for a in plan.aggregators if a.stripes]
@@ -353,6 +403,10 @@ def read_stage(
             },
             stripes=a.stripes,
             pieces=a.pieces,
+            local=frozenset(
+                t for t in a.pieces if shuffle == "auto" and hosts[targets[t]] == hosts[io]
+            ),
+            segments={name: segments[name] for name in a.stripes},
         )
         outs[a.node] = client.submit(aggregate, task, workers=[io], pure=False)
         served.append(client.submit(_served, outs[a.node], workers=[io], pure=False))
@@ -373,7 +427,16 @@ def read_stage(
                 pure=False,
             )
         )
-    res = ReadResult(futures, plan, app, policy, started, served)
+    res = ReadResult(
+        futures,
+        plan,
+        app,
+        policy,
+        started,
+        served,
+        _client=client,
+        _io=[cluster.ionodes[a.node] for a in live],
+    )
     return res.wait() if wait else res
 
 

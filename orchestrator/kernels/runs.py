@@ -28,3 +28,11 @@ def scatter_runs(out, dst, length, data):
         n = length[i]
         out[dst[i] : dst[i] + n] = data[o : o + n]
         o += n
+
+
+@njit(cache=True)
+def copy_runs(out, dst, buf, src, length):
+    """``out[dst[i] : dst[i] + length[i]] = buf[src[i] : src[i] + length[i]]`` for every run."""
+    for i in range(length.size):
+        n = length[i]
+        out[dst[i] : dst[i] + n] = buf[src[i] : src[i] + n]
