@@ -100,6 +100,10 @@ class _NodeServer:
             with self.cond:
                 while not self.pending:
                     self.cond.wait()
+            gate = _FAULTS.get("hold")
+            if gate is not None:  # a test's busy disk: requests pile up meanwhile
+                gate.wait()
+            with self.cond:
                 req = self._next()
                 self.pending.remove(req)
             req.start = time.time()
@@ -150,6 +154,25 @@ class _NodeServer:
 
 
 _SERVERS: dict[int, _NodeServer] = {}
+_FAULTS: dict[str, Any] = {}
+
+
+def inject(hold: threading.Event | None = None) -> None:
+    """Fault hook for tests: while ``hold`` is not set, no node of this process starts
+    serving (a disk busy with something else); ``None`` removes the hook.
+
+    Examples
+    --------
+    >>> gate = threading.Event()
+    >>> inject(hold=gate)
+    >>> inject()
+    """
+    if hold is None:
+        _FAULTS.pop("hold", None)
+    else:
+        _FAULTS["hold"] = hold
+
+
 _LOCK = threading.Lock()
 
 
@@ -377,7 +400,7 @@ def copy_from_segment(
     fd = os.open(SHM / name, os.O_RDONLY)
     try:
         if length.size <= 256:
-            view = memoryview(out)
+            view = memoryview(out)  # type: ignore[arg-type]
             for d, s, n in zip(dst.tolist(), src.tolist(), length.tolist(), strict=True):
                 if os.preadv(fd, [view[d : d + n]], s) != n:
                     raise OSError(f"short read from {SHM / name}")
@@ -394,7 +417,7 @@ def copy_from_segment(
         os.close(fd)
 
 
-def _read(task: AggregatorTask) -> dict[str, np.ndarray]:
+def _read(task: AggregatorTask) -> dict[str, Any]:
     """Every stripe of the aggregator, checked: per dataset one byte buffer, stripe ``i``
     of its (ascending) stripes at ``i * stripe_bytes``."""
     reader = _Stripes(task.path, task.fmt)
@@ -424,7 +447,7 @@ def _read(task: AggregatorTask) -> dict[str, np.ndarray]:
                         if scratch is None:
                             buf[i * sb : i * sb + n] = view
                     else:
-                        view = memoryview(buf if scratch is None else scratch)
+                        view = memoryview(buf if scratch is None else scratch)  # type: ignore[arg-type]
                         view = view[i * sb : i * sb + n] if scratch is None else view[:n]
                         reader.read_into(name, off, view)
                 except CheckpointError:
@@ -472,7 +495,7 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
     bufs = req.result["buffers"]
     names = req.result["segments"]
     cut = time.time()
-    pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, Any]]] = {}
     for t, per in task.pieces.items():
         piece = {}
         for name, runs in per.items():

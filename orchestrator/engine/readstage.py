@@ -352,6 +352,11 @@ def read_stage(
         if isinstance(workers, str) or len(workers) != n_tasks:
             raise InputError(f"workers must name one worker per task ({n_tasks}), got {workers!r}")
         targets = [str(w) for w in workers]
+        client = cluster.client  # a fresh query: scheduler_info() may be a stale cache
+        known = set(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+        unknown = [w for w in targets if w not in known]
+        if unknown:
+            raise InputError(f"workers: {unknown[0]!r} is not a worker of this cluster")
     links = measure_links(cluster) if policy == "hio" else Links(1.0, 1.0, 0.0)
     started = time.perf_counter()
     app = (time.time_ns(), application or f"restart-{os.getpid()}-{next(_APPS)}")

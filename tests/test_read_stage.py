@@ -1,0 +1,430 @@
+"""Restart reads: the pure plan against a byte-level oracle on random instances, the copy
+kernels, and ``read_stage`` on a real cluster reading real HDF5 and Zarr checkpoints
+(every format, every policy, both shuffles, damaged stripes, concurrent restarts, the
+I/O node's service order, bad input, shared memory left behind)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.engine import readserver
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.engine.readplan import plan_reads, split_at, to_runs
+from orchestrator.engine.readstage import read_stage
+from orchestrator.engine.stage import write_stage
+from orchestrator.errors import CheckpointError, InputError
+from orchestrator.kernels.runs import copy_runs, gather_runs, scatter_runs
+
+FORMATS = ["hdf5", "hdf5-vds", "hdf5-chunked", "zarr"]
+
+
+# ---------------------------------------------------------------- the pure plan
+
+
+@st.composite
+def read_cases(draw: st.DrawFn):
+    n = draw(st.integers(1, 120))
+    row = draw(st.sampled_from([(), (1,), (3,), (2, 2)]))
+    dtype = draw(st.sampled_from(["u1", "<i4", "<f8", "S3"]))
+    itemsize = np.dtype(dtype).itemsize * int(np.prod(row, dtype=np.int64))
+    sb = draw(st.integers(1, 4 * max(1, itemsize) + 40))
+    meta = {
+        "u": {
+            "shape": [n, *row],
+            "dtype": np.dtype(dtype).str,
+            "stripe_bytes": sb,
+            "n_ionodes": draw(st.integers(1, 5)),
+            "checksums": {},
+        }
+    }
+    tasks = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["rows", "range", "slice", "empty"]))
+        if kind == "rows":
+            rows = draw(st.lists(st.integers(0, n - 1), max_size=40))  # replicas, any order
+        elif kind == "range":
+            lo = draw(st.integers(0, n))
+            rows = range(lo, draw(st.integers(lo, n)))
+        elif kind == "slice":
+            rows = slice(draw(st.integers(0, n)), None, draw(st.sampled_from([1, 2, 3])))
+        else:
+            rows = []
+        tasks.append({"u": rows})
+    return meta, tasks, draw(st.integers(1, 4))
+
+
+def _wanted(rows, n: int) -> np.ndarray:
+    if isinstance(rows, slice):
+        return np.arange(n)[rows]
+    return np.asarray(list(rows), dtype=np.int64)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(read_cases())
+def test_the_plan_delivers_every_requested_byte_once_from_its_own_node(case) -> None:
+    meta, tasks, n_nodes = case
+    m = meta["u"]
+    nbytes = int(np.prod(m["shape"])) * np.dtype(m["dtype"]).itemsize
+    row_bytes = nbytes // m["shape"][0]
+    truth = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
+    plan = plan_reads(meta, tasks, n_nodes)
+    sb = m["stripe_bytes"]
+    for a in plan.aggregators:
+        touched = set()
+        for per in a.pieces.values():
+            for _, src, length in per["u"].tolist():
+                assert length > 0
+                stripe = src // sb
+                assert (src + length - 1) // sb == stripe  # within one stripe
+                assert (stripe % m["n_ionodes"]) % n_nodes == a.node  # held by its node
+                touched.add(stripe)
+        assert set(a.stripes.get("u", np.empty(0)).tolist()) == touched
+    for t, req in enumerate(tasks):
+        rows = _wanted(req["u"], m["shape"][0])
+        assert plan.lengths[t] == {"u": rows.size}
+        want = truth.reshape(m["shape"][0], row_bytes)[rows].ravel() if rows.size else b""
+        got = np.zeros(rows.size * row_bytes, dtype=np.uint8)
+        cover = np.zeros(rows.size * row_bytes, dtype=np.int64)
+        for a in plan.aggregators:
+            for dst, src, length in a.pieces.get(t, {}).get("u", np.empty((0, 3))).tolist():
+                got[dst : dst + length] = truth[src : src + length]
+                cover[dst : dst + length] += 1
+        assert (cover == 1).all()
+        assert got.tobytes() == bytes(want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=30), st.integers(1, 9))
+def test_runs_and_their_splits(rows, unit) -> None:
+    r = np.asarray(rows, dtype=np.int64)
+    runs = to_runs(r)
+    assert _expand(runs).tolist() == r.tolist()
+    cut = split_at(runs, unit)
+    assert _expand(cut).tolist() == r.tolist()
+    for _, start, length in cut.tolist():
+        assert start // unit == (start + length - 1) // unit
+
+
+def _expand(runs: np.ndarray) -> np.ndarray:
+    out = np.empty(int(runs[:, 2].sum()) if runs.size else 0, dtype=np.int64)
+    for pos, start, length in runs.tolist():
+        out[pos : pos + length] = np.arange(start, start + length)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_copy_kernels_are_slices(data) -> None:
+    buf = np.arange(200, dtype=np.uint8)
+    k = data.draw(st.integers(0, 8))
+    length = np.array([data.draw(st.integers(0, 20)) for _ in range(k)], dtype=np.int64)
+    src = np.array([data.draw(st.integers(0, 180)) for _ in range(k)], dtype=np.int64)
+    dst = np.cumsum(length) - length  # disjoint places in the output
+    got = gather_runs(buf, src, length)
+    want = b"".join(buf[s : s + n].tobytes() for s, n in zip(src, length, strict=True))
+    assert got.tobytes() == want
+    out = np.zeros(int(length.sum()), dtype=np.uint8)
+    scatter_runs(out, dst, length, got)
+    assert out.tobytes() == want
+    out2 = np.zeros_like(out)
+    copy_runs(out2, dst, buf, src, length)
+    assert out2.tobytes() == want
+
+
+def test_bad_requests_are_named() -> None:
+    meta = {
+        "u": {"shape": [10, 2], "dtype": "<f8", "stripe_bytes": 64, "n_ionodes": 2,
+              "checksums": {}},
+        "s": {"shape": [], "dtype": "<f8", "stripe_bytes": 64, "n_ionodes": 2, "checksums": {}},
+    }  # fmt: skip
+    cases = [
+        ({"u": [1]}, "one {dataset: rows} mapping per task"),
+        ([], "non-empty"),
+        ([["u"]], r"requests\[0\] must be a mapping"),
+        ([{"v": [1]}], "names dataset 'v'; the checkpoint has s, u"),
+        ([{"u": [10]}], r"asks for row 10; the dataset has rows 0..9"),
+        ([{"u": [-1]}], "asks for row -1"),
+        ([{"u": [1.5]}], "must be row numbers"),
+        ([{"u": [[1, 2]]}], "must be row numbers"),
+        ([{"s": [0]}], "a scalar dataset has no rows"),
+    ]
+    for requests, message in cases:
+        with pytest.raises(InputError, match=message):
+            plan_reads(meta, requests, 2)
+    with pytest.raises(InputError, match="n_nodes"):
+        plan_reads(meta, [{"u": [1]}], 0)
+
+
+# ---------------------------------------------------------------- the I/O node's order
+
+
+def _task(app: int, shuffle: float, app_shuffle: float, policy: str):
+    return readserver.AggregatorTask(
+        path="/nonexistent",
+        fmt="zarr",  # nothing is opened: no stripes
+        node=7,
+        app=(app, f"app{app}"),
+        access=0,
+        policy=policy,
+        window=10,
+        threshold=0.2,
+        read_seconds=1.0,
+        shuffle_seconds=shuffle,
+        app_shuffle=app_shuffle,
+        datasets={},
+        stripes={},
+        pieces={},
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "want"),
+    [
+        ("nio", ["a2", "a0", "a1"]),  # arrival
+        ("sio", ["a0", "a1", "a2"]),  # one application after the other
+        # HIO: a0's aggregator here has 5 s of slack (its application's slowest shuffles
+        # elsewhere): it waits for the others, which are their applications' slowest
+        ("hio", ["a1", "a2", "a0"]),
+    ],
+)
+def test_a_node_serves_what_it_holds_in_the_policys_order(policy, want) -> None:
+    gate = threading.Event()
+    readserver.inject(hold=gate)
+    try:
+        server = readserver._NodeServer(7)
+        first = server.submit(_task(9, 0.0, 0.0, policy))  # served as it arrives
+        while not server.log:
+            gate.set()
+            time.sleep(0.01)
+        gate.clear()
+        first.done.wait(120)
+        reqs = {
+            "a2": server.submit(_task(2, 6.0, 6.0, policy)),
+            "a0": server.submit(_task(0, 1.0, 6.0, policy)),
+            "a1": server.submit(_task(1, 6.0, 6.0, policy)),
+        }
+        gate.set()
+        for r in reqs.values():
+            assert r.done.wait(120)  # the first ordering may compile its kernel
+        order = sorted(reqs, key=lambda k: reqs[k].position)
+    finally:
+        readserver.inject()
+    assert order == want
+
+
+def test_a_sweep_removes_what_dead_drivers_of_this_host_left(tmp_path) -> None:
+    dead = subprocess_pid()
+    host = readserver._hostname()
+    mine = readserver.SHM / f"iorch-read-{host}-{dead}-abc-0"
+    alive = readserver.SHM / f"iorch-read-{host}-{os.getpid()}-abc-0"
+    other = readserver.SHM / f"iorch-read-elsewhere-{dead}-abc-0"
+    for p in (mine, alive, other):
+        p.write_bytes(b"x")
+    try:
+        readserver.sweep()
+        assert not mine.exists()
+        assert alive.exists() and other.exists()  # a live driver's; another host's
+        os.utime(other, (time.time() - 2 * 86400,) * 2)
+        readserver.sweep()
+        assert not other.exists()  # a day old, whoever made it
+    finally:
+        for p in (mine, alive, other):
+            p.unlink(missing_ok=True)
+
+
+def subprocess_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_segment_someone_else_made_is_refused() -> None:
+    name = "iorch-read-test-refused-0"
+    path = readserver.SHM / name
+    path.write_bytes(b"x")
+    os.chmod(path, 0o644)  # not private: not one we made
+    try:
+        with pytest.raises(CheckpointError, match="not this restart's"):
+            readserver.Segment(name)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- on a real cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(n_ionodes=3, n_compute=2) as cl:
+        yield cl
+
+
+N = 3000
+TRUTH_U = np.random.default_rng(0).random((N, 3))
+TRUTH_ID = np.arange(N, dtype=np.int32) * 7
+
+
+def _write(cluster, folder: Path, fmt: str) -> Path:
+    target = folder / f"ck.{fmt}"
+    parts_u = [Contribution(c, np.arange(c, N, 4), TRUTH_U[c::4]) for c in range(4)]
+    parts_id = [Contribution(c, np.arange(c * 1000, (c + 1) * 1000), TRUTH_ID[c * 1000 : (c + 1) * 1000]) for c in range(3)]  # fmt: skip
+    write_stage(
+        target,
+        {
+            "u": (DatasetSpec("u", (N, 3), "float64"), parts_u),
+            "id": (DatasetSpec("id", (N,), "int32"), parts_id),
+        },
+        format=fmt,
+        cluster=cluster,
+        stripe_bytes=4096,  # rows of 24 bytes cross stripe boundaries
+    )
+    return target
+
+
+def _requests() -> list[dict]:
+    rng = np.random.default_rng(3)
+    blocks = np.linspace(0, N, 6).astype(int)
+    reqs = [  # 5 tasks where 4 wrote: blocks with halos of 40 rows (replicas)
+        {"u": range(max(0, lo - 40), min(N, hi + 40)), "id": np.arange(lo, hi)}
+        for lo, hi in itertools.pairwise(blocks)
+    ]
+    reqs.append({"u": rng.integers(0, N, 500)})  # scattered, repeated
+    reqs.append({"id": slice(None, None, -3)})  # backwards
+    reqs.append({"u": []})  # nothing
+    return reqs
+
+
+def _check(reqs, got) -> None:
+    truth = {"u": TRUTH_U, "id": TRUTH_ID}
+    assert len(got) == len(reqs)
+    for req, rows in zip(reqs, got, strict=True):
+        assert set(rows) == set(req)
+        for name, want in req.items():
+            idx = np.arange(N)[want] if isinstance(want, slice) else np.asarray(list(want), int)
+            assert rows[name].dtype == truth[name].dtype
+            assert np.array_equal(rows[name], truth[name][idx]), name
+
+
+def _no_segments() -> list[str]:
+    return [p for p in os.listdir(readserver.SHM) if p.startswith("iorch-read-")]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_task_gets_its_rows_from_every_format(cluster, tmp_path, fmt) -> None:
+    target = _write(cluster, tmp_path, fmt)
+    reqs = _requests()
+    for policy in ("hio", "sio", "nio"):
+        for shuffle in ("auto", "dask"):
+            res = read_stage(target, reqs, cluster=cluster, policy=policy, shuffle=shuffle)
+            got = res.gather()
+            _check(reqs, got)
+            assert res.bytes_shuffled == sum(
+                r[n].nbytes for r in got for n in r
+            )  # every byte a task holds came through the shuffle, once
+            nodes = [s["node"] for s in res.served]
+            assert sorted(nodes) == sorted(set(nodes))  # one request per node
+            cluster.release(res.futures)
+    assert _no_segments() == []
+
+
+def test_rows_mapped_from_shared_memory_are_the_tasks_own(cluster, tmp_path) -> None:
+    """A task that asked for a range gets it copy-on-write: writing to it changes neither
+    another task's rows nor the checkpoint."""
+    target = _write(cluster, tmp_path, "hdf5")
+    reqs = [{"u": range(0, 2000)}, {"u": range(1000, 3000)}]
+
+    def bump(rows):
+        rows["u"][1000:1500] += 1.0
+        return float(rows["u"][1000:1500].sum())
+
+    res = read_stage(target, reqs, cluster=cluster, workers=[cluster.compute[0]] * 2)
+    total = cluster.client.submit(bump, res.futures[0], workers=[cluster.compute[0]]).result()
+    assert total == pytest.approx(TRUTH_U[1000:1500].sum() + 1500)
+    other = res.futures[1].result()["u"]
+    assert np.array_equal(other, TRUTH_U[1000:3000])
+    again = read_stage(target, reqs[:1], cluster=cluster).gather()[0]["u"]
+    assert np.array_equal(again, TRUTH_U[:2000])
+
+
+def test_a_damaged_stripe_fails_the_read_naming_it(cluster, tmp_path) -> None:
+    import h5py
+
+    target = _write(cluster, tmp_path, "hdf5")
+    with h5py.File(target, "r") as f:
+        base = f["u"].id.get_offset()
+    with open(target, "r+b") as fh:  # one byte of the third stripe of "u"
+        fh.seek(base + 2 * 4096 + 17)
+        b = fh.read(1)
+        fh.seek(base + 2 * 4096 + 17)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    with pytest.raises(CheckpointError, match=r"u: stripe at byte 8192 \(I/O node 2\) does not"):
+        read_stage(target, [{"u": range(0, N)}], cluster=cluster)
+    assert _no_segments() == []
+    # what does not touch the stripe still reads
+    rows = read_stage(target, [{"u": range(0, 300)}], cluster=cluster).gather()
+    assert np.array_equal(rows[0]["u"], TRUTH_U[:300])
+
+
+def test_concurrent_restarts_are_each_complete(cluster, tmp_path) -> None:
+    targets = [_write(cluster, tmp_path / str(i), "hdf5") for i in range(3) if not (tmp_path / str(i)).mkdir()]  # fmt: skip
+    reqs = _requests()
+    running = [
+        read_stage(t, reqs, cluster=cluster, policy="sio", application=f"app{i}", wait=False)
+        for i, t in enumerate(targets)
+    ]
+    for res in running:
+        _check(reqs, res.wait().gather())
+    apps = [res.application for res in running]
+    assert len(set(apps)) == 3 and apps == sorted(apps)  # ordered by their start
+    for node in range(3):  # every node served every restart once
+        mine = [s for res in running for s in res.served if s["node"] == node]
+        assert len({s["position"] for s in mine}) == len(mine) == 3
+    assert _no_segments() == []
+
+
+def test_bad_calls_are_named(cluster, tmp_path) -> None:
+    target = _write(cluster, tmp_path, "hdf5")
+    bad = [
+        ({"policy": "fifo"}, InputError, "policy must be one of nio, sio, hio"),
+        ({"shuffle": "mpi"}, InputError, "shuffle must be 'auto' or 'dask'"),
+        ({"window": 0}, InputError, "window must be"),
+        ({"access": -1}, InputError, "access must be"),
+        ({"threshold": float("nan")}, InputError, "threshold must be"),
+        ({"workers": ["tcp://x", "tcp://y"]}, InputError, r"one worker per task \(1\)"),
+        ({"workers": ["tcp://127.0.0.1:1"]}, InputError, "not a worker of this cluster"),
+        ({"application": 3}, InputError, "application must be a name"),
+        ({"cluster": "tcp://127.0.0.1:1"}, InputError, "cluster must be an IOCluster"),
+    ]
+    for kwargs, kind, message in bad:
+        with pytest.raises(kind, match=message):
+            read_stage(target, [{"u": [1]}], **{"cluster": cluster, **kwargs})
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_stage(tmp_path / "nothing.h5", [{"u": [1]}], cluster=cluster)
+    plain = tmp_path / "plain.h5"
+    import h5py
+
+    with h5py.File(plain, "w") as f:
+        f["u"] = np.zeros(3)
+    with pytest.raises(CheckpointError):
+        read_stage(plain, [{"u": [1]}], cluster=cluster)
+    with pytest.raises(InputError, match="names dataset 'w'"):
+        read_stage(target, [{"w": [1]}], cluster=cluster)
+
+
+def test_without_a_cluster_the_rows_come_back_here(tmp_path, cluster) -> None:
+    target = _write(cluster, tmp_path, "zarr")
+    res = read_stage(target, [{"id": range(10, 20)}])
+    assert res.futures == [] and res.data is not None
+    assert np.array_equal(res.data[0]["id"], TRUTH_ID[10:20])
