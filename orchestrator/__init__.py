@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .cost import PRESETS, CostModel, get_cost_model
     from .engine.backends import backend_names, register_backend, unregister_backend
     from .engine.cluster import IOCluster, connect, local_cluster
+    from .engine.readstage import ReadResult, read_stage
     from .engine.stage import StageResult, WriteOptions, write_stage
     from .engine.storage import Backend
     from .engine.verify import open_datasets, verify
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from .frontends.capturing import capture
     from .frontends.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
     from .frontends.intercept import OutputStage, output_stage, set_default_cluster
+    from .frontends.restart import InputStage, input_stage
     from .plan import Plan, Units, lower_bound
     from .policies import Policy, policies, register_policy, schedule, unregister_policy
     from .reads import ReadSet, ReadSimulation, order_reads, shuffle_cost, simulate_reads
@@ -112,6 +114,8 @@ _LAZY = {
         "WalkStopped",
     ),
     "frontends.intercept": ("OutputStage", "output_stage", "set_default_cluster"),
+    "frontends.restart": ("InputStage", "input_stage"),
+    "engine.readstage": ("ReadResult", "read_stage"),
     "plan": ("Plan", "Units", "lower_bound"),
     "policies": ("Policy", "policies", "register_policy", "schedule", "unregister_policy"),
     "engine.storage": ("Backend",),
@@ -176,6 +180,7 @@ __all__ = [
     "ExactUnavailable",
     "IOCluster",
     "InputError",
+    "InputStage",
     "IntervalStats",
     "LayoutError",
     "MeshFormatError",
@@ -185,6 +190,7 @@ __all__ = [
     "PlanError",
     "Policy",
     "PolicyError",
+    "ReadResult",
     "ReadSet",
     "ReadSimulation",
     "ReplicaError",
@@ -212,6 +218,7 @@ __all__ = [
     "capture",
     "connect",
     "get_cost_model",
+    "input_stage",
     "interval_stats",
     "latest_checkpoint",
     "local_cluster",
@@ -222,6 +229,7 @@ __all__ = [
     "output_stage",
     "policies",
     "read_index",
+    "read_stage",
     "register_backend",
     "register_policy",
     "replica_sets",

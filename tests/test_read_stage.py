@@ -428,3 +428,38 @@ def test_without_a_cluster_the_rows_come_back_here(tmp_path, cluster) -> None:
     res = read_stage(target, [{"id": range(10, 20)}])
     assert res.futures == [] and res.data is not None
     assert np.array_equal(res.data[0]["id"], TRUTH_ID[10:20])
+
+
+def _resume(data, task, scale=1.0):
+    from distributed import get_worker
+
+    return task, {k: v * scale for k, v in data.items()}, get_worker().address
+
+
+def test_a_restarted_step_runs_each_task_on_its_rows(cluster, tmp_path) -> None:
+    import orchestrator as orc
+
+    _write(cluster, tmp_path, "hdf5")
+
+    def rows_of(task):
+        lo, hi = task * 600, (task + 1) * 600
+        return {"u": range(max(0, lo - 25), min(N, hi + 25)), "id": [hi - 1, lo]}
+
+    resume = orc.input_stage(str(tmp_path / "ck.{step}"), rows=rows_of)(_resume)
+    out = resume.restart(tasks=5, step="hdf5", cluster=cluster, scale=2.0)
+    assert [t for t, _, _ in out] == list(range(5))
+    for t, data, where in out:
+        want = rows_of(t)
+        assert np.array_equal(data["u"], 2.0 * TRUTH_U[np.asarray(list(want["u"]))])
+        assert np.array_equal(data["id"], 2.0 * TRUTH_ID[want["id"]])
+        assert where == cluster.compute_worker(t)  # ran where its rows were put
+    assert _no_segments() == []
+    with pytest.raises(InputError, match="names a step"):
+        resume.restart(tasks=2, cluster=cluster)
+    with pytest.raises(InputError, match="tasks must be"):
+        resume.restart(tasks=0, cluster=cluster)
+    bad = orc.input_stage(tmp_path / "ck.hdf5", rows=lambda t: [1, 2])(_resume)
+    with pytest.raises(InputError, match=r"rows\(0\) must return a mapping"):
+        bad.restart(tasks=1, cluster=cluster)
+    with pytest.raises(InputError, match="policy must be"):
+        orc.input_stage("x", rows=rows_of, policy="lifo")

@@ -140,6 +140,8 @@ class ReadResult:
     data: list[dict[str, np.ndarray]] | None = None
     seconds: float | None = None
     served: list[dict[str, Any]] = field(default_factory=list)
+    #: per task, the worker its rows went to
+    workers: list[str] = field(default_factory=list)
     _client: Any = field(default=None, repr=False)
     _io: list[str] = field(default_factory=list, repr=False)
 
@@ -439,6 +441,7 @@ def read_stage(
         policy,
         started,
         served,
+        workers=targets,
         _client=client,
         _io=[cluster.ionodes[a.node] for a in live],
     )
