@@ -6,7 +6,6 @@ I/O node's service order, bad input, shared memory left behind)."""
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from pathlib import Path
@@ -222,24 +221,24 @@ def test_a_node_serves_what_it_holds_in_the_policys_order(policy, want) -> None:
     assert order == want
 
 
-def test_a_sweep_removes_what_dead_drivers_of_this_host_left(tmp_path) -> None:
-    dead = subprocess_pid()
-    host = readserver._hostname()
-    mine = readserver.SHM / f"iorch-read-{host}-{dead}-abc-0"
-    alive = readserver.SHM / f"iorch-read-{host}-{os.getpid()}-abc-0"
-    other = readserver.SHM / f"iorch-read-elsewhere-{dead}-abc-0"
-    for p in (mine, alive, other):
-        p.write_bytes(b"x")
-    try:
-        readserver.sweep()
-        assert not mine.exists()
-        assert alive.exists() and other.exists()  # a live driver's; another host's
-        os.utime(other, (time.time() - 2 * 86400,) * 2)
-        readserver.sweep()
-        assert not other.exists()  # a day old, whoever made it
-    finally:
-        for p in (mine, alive, other):
-            p.unlink(missing_ok=True)
+def test_cross_memory_reads_refuse_a_reused_pid_and_unmapped_bytes() -> None:
+    from orchestrator.engine import cma
+
+    src = np.arange(100, dtype=np.uint8)
+    out = np.zeros(10, dtype=np.uint8)
+    me = cma.identity()
+    cma.read(me, out, np.array([0]), np.array([src.ctypes.data + 50]), np.array([10]))
+    assert out.tolist() == list(range(50, 60))
+    with pytest.raises(OSError, match="PID reused"):
+        cma.read((me[0], me[1] + 1), out, np.array([0]), np.array([src.ctypes.data]), np.array([4]))
+    with pytest.raises(OSError, match="gone"):
+        cma.read(
+            (subprocess_pid(), 1), out, np.array([0]), np.array([src.ctypes.data]), np.array([4])
+        )
+    with pytest.raises(OSError, match="Bad address"):
+        cma.read(me, out, np.array([0]), np.array([8]), np.array([4]))  # page 0: unmapped
+    with pytest.raises(ValueError, match="past the end"):
+        cma.read(me, out, np.array([8]), np.array([src.ctypes.data]), np.array([4]))
 
 
 def subprocess_pid() -> int:
@@ -248,18 +247,6 @@ def subprocess_pid() -> int:
     p = subprocess.Popen(["true"])
     p.wait()
     return p.pid
-
-
-def test_a_segment_someone_else_made_is_refused() -> None:
-    name = "iorch-read-test-refused-0"
-    path = readserver.SHM / name
-    path.write_bytes(b"x")
-    os.chmod(path, 0o644)  # not private: not one we made
-    try:
-        with pytest.raises(CheckpointError, match="not this restart's"):
-            readserver.Segment(name)
-    finally:
-        path.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- on a real cluster
@@ -317,8 +304,9 @@ def _check(reqs, got) -> None:
             assert np.array_equal(rows[name], truth[name][idx]), name
 
 
-def _no_segments() -> list[str]:
-    return [p for p in os.listdir(readserver.SHM) if p.startswith("iorch-read-")]
+def _nothing_held(cluster) -> bool:
+    """No I/O worker keeps any restart's stripes once its tasks have their rows."""
+    return sum(cluster.client.run(readserver.held, workers=cluster.ionodes).values()) == 0
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -336,12 +324,11 @@ def test_every_task_gets_its_rows_from_every_format(cluster, tmp_path, fmt) -> N
             nodes = [s["node"] for s in res.served]
             assert sorted(nodes) == sorted(set(nodes))  # one request per node
             cluster.release(res.futures)
-    assert _no_segments() == []
+    assert _nothing_held(cluster)
 
 
-def test_rows_mapped_from_shared_memory_are_the_tasks_own(cluster, tmp_path) -> None:
-    """A task that asked for a range gets it copy-on-write: writing to it changes neither
-    another task's rows nor the checkpoint."""
+def test_the_rows_a_task_gets_are_its_own(cluster, tmp_path) -> None:
+    """Writing to one task's rows changes neither another task's nor the checkpoint."""
     target = _write(cluster, tmp_path, "hdf5")
     reqs = [{"u": range(0, 2000)}, {"u": range(1000, 3000)}]
 
@@ -371,7 +358,7 @@ def test_a_damaged_stripe_fails_the_read_naming_it(cluster, tmp_path) -> None:
         fh.write(bytes([b[0] ^ 0xFF]))
     with pytest.raises(CheckpointError, match=r"u: stripe at byte 8192 \(I/O node 2\) does not"):
         read_stage(target, [{"u": range(0, N)}], cluster=cluster)
-    assert _no_segments() == []
+    assert _nothing_held(cluster)
     # what does not touch the stripe still reads
     rows = read_stage(target, [{"u": range(0, 300)}], cluster=cluster).gather()
     assert np.array_equal(rows[0]["u"], TRUTH_U[:300])
@@ -391,7 +378,7 @@ def test_concurrent_restarts_are_each_complete(cluster, tmp_path) -> None:
     for node in range(3):  # every node served every restart once
         mine = [s for res in running for s in res.served if s["node"] == node]
         assert len({s["position"] for s in mine}) == len(mine) == 3
-    assert _no_segments() == []
+    assert _nothing_held(cluster)
 
 
 def test_bad_calls_are_named(cluster, tmp_path) -> None:
@@ -453,7 +440,7 @@ def test_a_restarted_step_runs_each_task_on_its_rows(cluster, tmp_path) -> None:
         assert np.array_equal(data["u"], 2.0 * TRUTH_U[np.asarray(list(want["u"]))])
         assert np.array_equal(data["id"], 2.0 * TRUTH_ID[want["id"]])
         assert where == cluster.compute_worker(t)  # ran where its rows were put
-    assert _no_segments() == []
+    assert _nothing_held(cluster)
     with pytest.raises(InputError, match="names a step"):
         resume.restart(tasks=2, cluster=cluster)
     with pytest.raises(InputError, match="tasks must be"):

@@ -739,3 +739,61 @@ def bench_hio(
     plot = hio.plot(rows, out)
     pic = hio.service_picture(hio.example(), out)
     console.print(f"results in {out / 'results.json'}; plots {plot.name}, {pic.name}")
+
+
+def bench_restart(
+    gib: Annotated[float, typer.Option(min=0.01, help="Checkpoint size (GiB).")] = 1.0,
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks restarting.")] = 16,
+    halo: Annotated[int, typer.Option(min=0, help="Halo rows on each side of a task.")] = 2000,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per contender (median).")] = 3,
+    cold: Annotated[
+        bool, typer.Option(help="Drop the page cache before every run (root).")
+    ] = False,
+    out: Annotated[Path, typer.Option(help="Folder for the checkpoint and results.json.")] = Path(
+        "out/bench-restart"
+    ),
+) -> None:
+    """A checkpoint read back into tasks through the I/O workers, beside every task
+    opening it with h5py, in one run.
+
+    Example: ``iorch bench restart --gib 0.25 --repeat 2``
+    """
+    from ..bench import restart as rbench
+
+    out.mkdir(parents=True, exist_ok=True)
+    check_disk(out, int(gib * (1 << 30)) + (64 << 20), "the checkpoint", InputError)
+    check_memory(int(3 * gib * (1 << 30)), "the checkpoint read into tasks", InputError)
+    with progress() as prog:
+        task = prog.add_task("restart", total=None)
+        res = rbench.run(
+            out,
+            gib=gib,
+            tasks=tasks,
+            halo=halo,
+            repeat=repeat,
+            cold=cold,
+            note=lambda m: prog.update(task, description=m),
+        )
+    t = Table(
+        title=f"{res['bytes'] / 2**30:.2f} GiB into {tasks} tasks ({res['ionodes']} I/O workers, "
+        f"{res['compute']} compute; {'cold' if cold else 'warm'} page cache)"
+    )
+    for c in ("contender", "runs (s)", "median (s)", "GB/s", "h5py ÷ this"):
+        t.add_column(c, justify="right")
+    for name, runs in res["seconds"].items():
+        med = res["median"][name]
+        t.add_row(
+            name,
+            " ".join(f"{x:.2f}" for x in runs),
+            f"{med:.2f}",
+            f"{res['bytes'] / med / 1e9:.2f}",
+            f"{res['ratio'][name]:.2f}",
+        )
+    console.print(t)
+    console.print(
+        f"one memory copy in one process: {res['copy_rate'] / 1e9:.1f} GB/s (the bound of a "
+        "read from the page cache)"
+    )
+    with atomic_path(out / "results.json") as tmp:
+        tmp.write_text(json.dumps(res, indent=1))
+    console.print(f"results in {out / 'results.json'}")

@@ -23,15 +23,7 @@ import numpy as np
 from ..errors import CheckpointError
 from .checksums import stripe_checksum
 
-__all__ = [
-    "AggregatorTask",
-    "Segment",
-    "aggregate",
-    "copy_from_segment",
-    "release",
-    "served",
-    "sweep",
-]
+__all__ = ["AggregatorTask", "aggregate", "held", "inject", "release", "served"]
 
 
 @dataclass
@@ -55,11 +47,9 @@ class AggregatorTask:
     datasets: dict[str, tuple[str, tuple[int, ...], int, int, dict[str, str]]]
     stripes: dict[str, Any]
     pieces: dict[int, dict[str, Any]]
-    #: tasks on this worker's host: their rows are left in shared memory for them to
-    #: map or copy, in one segment per dataset (named here) that every aggregator of the
-    #: application on this host writes its stripes into, at their place in the dataset
+    #: tasks on this worker's host: they copy their rows out of this process's memory
+    #: (:mod:`orchestrator.engine.cma`) instead of receiving them through Dask
     local: frozenset[int] = frozenset()
-    segments: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,6 +107,7 @@ class _NodeServer:
                 self.served += 1
                 self.log.append((req.task.app, req.task.access, req.start, req.end))
             req.done.set()
+            del req  # nor its stripes: the aggregator holds them now, or nobody
 
     def _next(self) -> _Request:
         """The head of the policy's order over what is pending."""
@@ -179,8 +170,6 @@ _LOCK = threading.Lock()
 def _server(node: int) -> _NodeServer:
     with _LOCK:
         if node not in _SERVERS:
-            if not _SERVERS:
-                sweep()  # what workers that died before us left in shared memory
             _SERVERS[node] = _NodeServer(node)
         return _SERVERS[node]
 
@@ -222,8 +211,8 @@ class _Stripes:
                         self.base[name] = None if off is None else int(off)
             self.fd = os.open(self.path, os.O_RDONLY)
 
-    def view(self, name: str, offset: int, nbytes: int) -> memoryview | None:
-        """The bytes in place (the file mapped read-only: no copy), where the dataset is
+    def dataset(self, name: str, nbytes: int) -> np.ndarray | None:
+        """The dataset's bytes in place (the file mapped read-only: no copy), where it is
         one extent of one file; None otherwise."""
         base = self.base.get(name)
         if self.fd is None or base is None:
@@ -233,9 +222,21 @@ class _Stripes:
 
             size = os.fstat(self.fd).st_size
             self.map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
-        if base + offset + nbytes > len(self.map):
-            raise CheckpointError(f"{self.path}: {name}: stripe at byte {offset} is truncated")
-        return memoryview(self.map)[base + offset : base + offset + nbytes]
+        if base + nbytes > len(self.map):
+            raise CheckpointError(f"{self.path}: {name} is truncated")
+        return np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=base)
+
+    def prefetch(self, name: str, extents: list[tuple[int, int]]) -> None:
+        """Tell the kernel these extents of the mapped dataset will be read soon."""
+        import mmap
+
+        base = self.base.get(name)
+        if self.map is None or base is None or not hasattr(mmap, "MADV_WILLNEED"):
+            return
+        page = mmap.PAGESIZE
+        for off, n in extents:
+            start = (base + off) // page * page
+            self.map.madvise(mmap.MADV_WILLNEED, start, base + off + n - start)
 
     def read_into(self, name: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
@@ -261,194 +262,68 @@ class _Stripes:
             self.fd = None
 
 
-SHM = Path("/dev/shm")
-_PREFIX = "iorch-read-"
-_SEGMENTS: dict[tuple[int, str], list[Segment]] = {}  # per application, to release
+#: what tasks on this host still copy from, per application (until :func:`release`)
+_HELD: dict[tuple[int, str], tuple[float, list[Any]]] = {}
+#: an application's bytes are let go this long after its read even without release
+HOLD_SECONDS = 3600.0
 
 
-class Segment:
-    """One dataset of one restart in shared memory on this host: a file in ``/dev/shm``
-    holding the dataset's bytes at their offsets (sparse: only the stripes written take
-    memory). Every aggregator of the restart on this host writes into it."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.path = SHM / name
-        self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        st = os.fstat(self.fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # someone else's file, by name
-            os.close(self.fd)
-            self.fd = None
-            raise CheckpointError(f"{self.path} exists and is not this restart's: refused")
-
-    def write(self, data: memoryview, offset: int) -> None:
-        """Put ``data`` at ``offset``."""
-        assert self.fd is not None
-        if os.pwrite(self.fd, data, offset) != len(data):
-            raise OSError(f"short write to {self.path}")
-
-    def release(self) -> None:
-        """Remove the segment; tasks that mapped it keep their rows."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-
-
-def segment_name(app: tuple[int, str], token: str, dataset: int) -> str:
-    """The name of a restart's segment: this host, the driver's PID (for :func:`sweep`),
-    a token unique to the restart, the dataset's number.
-
-    Examples
-    --------
-    >>> segment_name((1, "a"), "12-3", 0).startswith("iorch-read-")
-    True
-    """
-    return f"{_PREFIX}{_hostname()}-{token}-{dataset}"
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.gethostname().replace("-", "_")
+def _hold(app: tuple[int, str], obj: Any) -> None:
+    with _LOCK:
+        _HELD.setdefault(tuple(app), (time.time(), []))[1].append(obj)  # type: ignore[arg-type]
 
 
 def release(app: tuple[int, str]) -> int:
-    """Remove the shared-memory segments this worker made for an application's restart
-    (its tasks have their rows); return how many.
+    """Let go of what this worker kept for an application's tasks to copy (they all have
+    their rows); return how many buffers. Also lets go of what was kept longer than
+    :data:`HOLD_SECONDS` (a driver that never came back).
 
     Examples
     --------
     >>> release((0, "nothing"))
     0
     """
+    now = time.time()
     with _LOCK:
-        segs = _SEGMENTS.pop(tuple(app), [])  # type: ignore[arg-type]
-    for seg in segs:
-        seg.release()
-    return len(segs)
+        _, held = _HELD.pop(tuple(app), (0.0, []))  # type: ignore[arg-type]
+        for key in [k for k, (t, _) in _HELD.items() if now - t > HOLD_SECONDS]:
+            del _HELD[key]
+    return len(held)
 
 
-def sweep() -> int:
-    """Remove the segments of workers that are gone (a restart whose driver or worker
-    died); return how many.
+def held() -> int:
+    """How many applications' buffers this worker keeps for tasks to copy.
 
     Examples
     --------
-    >>> sweep() >= 0
+    >>> held() >= 0
     True
     """
-    gone = 0
-    try:
-        names = os.listdir(SHM)
-    except OSError:
-        return 0
-    here = _hostname()
-    for name in names:
-        if not name.startswith(_PREFIX):
-            continue
-        host, _, rest = name[len(_PREFIX) :].partition("-")
-        pid = rest.split("-", 1)[0]
-        try:
-            old = time.time() - os.stat(SHM / name).st_mtime > 86400
-        except OSError:
-            continue
-        # the driver of this host is gone; or a day old, whoever made it
-        if (host == here and pid.isdigit() and not Path(f"/proc/{pid}").exists()) or old:
-            try:
-                (SHM / name).unlink()
-                gone += 1
-            except OSError:
-                pass
-    return gone
+    with _LOCK:
+        return len(_HELD)
 
 
-def map_segment(name: str, offset: int, nbytes: int) -> np.ndarray:
-    """``nbytes`` of a segment from ``offset``, mapped copy-on-write: no copy is made
-    until the task writes to its rows.
-
-    Examples
-    --------
-    >>> rows = map_segment(name, 4096, 1 << 20)  # doctest: +SKIP
-    """
-    import mmap
-
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    fd = os.open(SHM / name, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        m = mmap.mmap(
-            fd,
-            offset + nbytes - start,
-            flags=mmap.MAP_PRIVATE,
-            prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            offset=start,
-        )
-    finally:
-        os.close(fd)
-    return np.frombuffer(m, dtype=np.uint8)[offset - start :]
-
-
-def copy_from_segment(
-    name: str, out: np.ndarray, dst: np.ndarray, src: np.ndarray, length: np.ndarray
-) -> None:
-    """Copy runs out of another process's segment on this host into ``out``: one
-    ``pread`` per run (the kernel copies; nothing is mapped), or for many small runs
-    (scattered rows) a read-only mapping and a kernel."""
-    fd = os.open(SHM / name, os.O_RDONLY)
-    try:
-        if length.size <= 256:
-            view = memoryview(out)  # type: ignore[arg-type]
-            for d, s, n in zip(dst.tolist(), src.tolist(), length.tolist(), strict=True):
-                if os.preadv(fd, [view[d : d + n]], s) != n:
-                    raise OSError(f"short read from {SHM / name}")
-            return
-        import mmap
-
-        from ..kernels.runs import copy_runs
-
-        # not closed here: the kernel's view may outlive the call; the mapping goes with
-        # its last reference
-        m = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
-        copy_runs(out, dst, np.frombuffer(m, dtype=np.uint8), src, length)
-    finally:
-        os.close(fd)
-
-
-def _read(task: AggregatorTask) -> dict[str, Any]:
-    """Every stripe of the aggregator, checked: per dataset one byte buffer, stripe ``i``
-    of its (ascending) stripes at ``i * stripe_bytes``."""
+def _read(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
+    """Every stripe of the aggregator, checked. Per dataset: the bytes, and whether they
+    are the whole dataset in place (the checkpoint mapped: indexed by offset in the
+    dataset) or a buffer of the stripes read (stripe ``i`` of the ascending list at
+    ``i * stripe_bytes``)."""
     reader = _Stripes(task.path, task.fmt)
-    out: dict[str, np.ndarray] = {}
-    segments: dict[str, Segment] = {}
+    out: dict[str, tuple[np.ndarray, bool]] = {}
     try:
         for name, stripes in task.stripes.items():
             _, _, sb, total, sums = task.datasets[name]
-            seg = None
-            if task.local:  # some tasks take their rows straight out of shared memory
-                seg = Segment(task.segments[name])
-                with _LOCK:
-                    _SEGMENTS.setdefault(task.app, []).append(seg)
-                segments[name] = seg
-            if set(task.pieces) - task.local:  # and some get their rows through Dask
-                buf = np.empty(len(stripes) * sb, dtype=np.uint8)
-                scratch = None
-            else:
-                buf = np.empty(0, dtype=np.uint8)
-                scratch = np.empty(sb, dtype=np.uint8)  # one stripe at a time, kept warm
+            whole = reader.dataset(name, total)
+            buf = whole if whole is not None else np.empty(len(stripes) * sb, dtype=np.uint8)
+            if whole is not None:  # ask for every stripe at once: the disk reads ahead
+                reader.prefetch(name, [(s * sb, min(sb, total - s * sb)) for s in stripes])
             for i, s in enumerate(np.asarray(stripes).tolist()):
                 off = s * sb
                 n = min(sb, total - off)
+                view = memoryview(buf)[off : off + n] if whole is not None else None  # type: ignore[arg-type]
                 try:
-                    view = reader.view(name, off, n)
-                    if view is not None:  # in place: checked there, copied once
-                        if scratch is None:
-                            buf[i * sb : i * sb + n] = view
-                    else:
-                        view = memoryview(buf if scratch is None else scratch)  # type: ignore[arg-type]
-                        view = view[i * sb : i * sb + n] if scratch is None else view[:n]
+                    if view is None:
+                        view = memoryview(buf)[i * sb : i * sb + n]  # type: ignore[arg-type]
                         reader.read_into(name, off, view)
                 except CheckpointError:
                     raise
@@ -464,12 +339,18 @@ def _read(task: AggregatorTask) -> dict[str, Any]:
                         f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
                         f"does not match the manifest: checksum {got}, manifest says {want}"
                     )
-                if seg is not None:
-                    seg.write(view, off)
-            out[name] = buf
+            out[name] = (buf, whole is not None)
     finally:
         reader.close()
-    return {"buffers": out, "segments": {k: v.name for k, v in segments.items()}}
+    return out
+
+
+def _stripe_bytes(task: AggregatorTask) -> int:
+    total = 0
+    for name, stripes in task.stripes.items():
+        sb, size = task.datasets[name][2], task.datasets[name][3]
+        total += int(np.minimum(sb, size - np.asarray(stripes, dtype=np.int64) * sb).sum())
+    return total
 
 
 def aggregate(task: AggregatorTask) -> dict[str, Any]:
@@ -491,27 +372,32 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
     if req.error is not None:
         raise req.error
     from ..kernels.runs import gather_runs  # Numba: only in the workers that read
+    from .cma import identity
 
-    bufs = req.result["buffers"]
-    names = req.result["segments"]
+    bufs, req.result = req.result, None
     cut = time.time()
+    me = identity()
     pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, Any]]] = {}
+    kept = set()
     for t, per in task.pieces.items():
         piece = {}
         for name, runs in per.items():
             runs = np.asarray(runs, dtype=np.int64)
-            sb = task.datasets[name][2]
-            stripe = runs[:, 1] // sb
-            slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
-            src = slot * sb + runs[:, 1] - stripe * sb
-            if t in task.local:  # the task takes its runs out of shared memory itself
-                piece[name] = (runs[:, 0], runs[:, 2], (names[name], runs[:, 1]))
-                continue
-            if (src[1:] == src[:-1] + runs[:-1, 2]).all():  # one range of the buffer: a view
-                data = bufs[name][src[0] : src[-1] + runs[-1, 2]]
+            buf, whole = bufs[name]
+            if whole:  # the dataset in place: its offsets are ours
+                src = runs[:, 1]
             else:
-                data = gather_runs(bufs[name], src, runs[:, 2])
-            piece[name] = (runs[:, 0], runs[:, 2], data)
+                sb = task.datasets[name][2]
+                stripe = runs[:, 1] // sb
+                slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
+                src = slot * sb + runs[:, 1] - stripe * sb
+            if t in task.local:  # the task copies its runs out of this process itself
+                piece[name] = (runs[:, 0], runs[:, 2], (me, buf.ctypes.data + src))
+                if name not in kept:
+                    _hold(task.app, buf)
+                    kept.add(name)
+            else:
+                piece[name] = (runs[:, 0], runs[:, 2], gather_runs(buf, src, runs[:, 2]))
         pieces[t] = piece
     return {
         "pieces": pieces,
@@ -523,6 +409,6 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
             "start": req.start,
             "end": req.end,
             "cut_seconds": time.time() - cut,
-            "bytes": sum(a.nbytes for a in bufs.values()),
+            "bytes": _stripe_bytes(task),
         },
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,16 +24,9 @@ from ..errors import CheckpointError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, plan_reads
-from .readserver import (
-    AggregatorTask,
-    aggregate,
-    copy_from_segment,
-    map_segment,
-    release,
-    segment_name,
-)
+from .readserver import AggregatorTask, aggregate, release
 
-__all__ = ["Links", "ReadResult", "measure_links", "read_stage"]
+__all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
 _APPS = itertools.count()
 #: the read policies a node knows (orchestrator.reads.READ_POLICIES, not imported here:
@@ -121,6 +113,56 @@ def measure_links(cluster: IOCluster, nbytes: int = 16 << 20, refresh: bool = Fa
     with _LINKS_LOCK:
         _LINKS[key] = links
     return links
+
+
+_CMA: dict[str, bool] = {}
+_KEEP: list[Any] = []  # the probe's bytes, in the worker that offers them
+
+
+def _offer() -> tuple[tuple[int, int], int]:
+    from .cma import identity
+
+    blob = np.arange(64, dtype=np.uint8)
+    _KEEP.append(blob)
+    return identity(), blob.ctypes.data
+
+
+def _take(offer: tuple[tuple[int, int], int]) -> bool:
+    from .cma import read
+
+    out = np.zeros(64, dtype=np.uint8)
+    try:
+        read(offer[0], out, np.array([0]), np.array([offer[1]]), np.array([64]))
+    except OSError:
+        return False
+    return bool((out == np.arange(64, dtype=np.uint8)).all())
+
+
+def _forget() -> None:
+    _KEEP.clear()
+
+
+def cma_works(cluster: IOCluster) -> bool:
+    """Whether a worker may copy bytes out of an I/O worker of its host here (same user,
+    no ptrace restriction): tried once per cluster between real workers, then cached.
+
+    Examples
+    --------
+    >>> cma_works(cl)  # doctest: +SKIP
+    True
+    """
+    key = cluster.address
+    if key not in _CMA:
+        io = cluster.ionodes[0]
+        other = next((w for w in cluster.compute if _host(w) == _host(io)), None)
+        if other is None:
+            _CMA[key] = False  # no task would use it
+        else:
+            client = cluster.client
+            offer = client.submit(_offer, workers=[io], pure=False).result()
+            _CMA[key] = client.submit(_take, offer, workers=[other], pure=False).result()
+            client.run(_forget, workers=[io])
+    return _CMA[key]
 
 
 @dataclass
@@ -214,34 +256,31 @@ def _served(out: dict[str, Any]) -> dict[str, Any]:
 def _assemble(
     lengths: dict[str, int], kinds: dict[str, tuple[str, tuple[int, ...]]], *pieces: Any
 ) -> dict[str, np.ndarray]:
-    """One task's rows, in the order it asked for them, from its pieces' byte runs.
-
-    Where the task asked for one range of rows and the pieces of this host lie in
-    shared memory, its array maps that range copy-on-write (no copy); pieces from
-    other hosts are written over it. Otherwise every run is copied into a new array.
-    """
+    """One task's rows, in the order it asked for them, from its pieces' byte runs: sent
+    through Dask, or copied straight out of the aggregator's memory on this host."""
     from ..kernels.runs import scatter_runs
+    from .cma import read
 
+    # an aggregator's whole answer comes as (task, answer): this task's piece of it
+    pieces = tuple(p[1]["pieces"][p[0]] if isinstance(p, tuple) else p for p in pieces)
     out = {}
     for name, n in lengths.items():
         dtype, row_shape = np.dtype(kinds[name][0]), kinds[name][1]
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-        mine = [p[name] for p in pieces if name in p]
-        shm = [p for p in mine if isinstance(p[2], tuple)]
-        # one range: every run's offset in the dataset minus its place in the task's rows
-        # is the same
-        shift = {int(s - d) for dst, _, data in shm for d, s in zip(dst, data[1], strict=True)}
-        buf: np.ndarray
-        if shm and len(shift) == 1 and len({p[2][0] for p in shm}) == 1 and n * row_bytes:
-            buf = map_segment(shm[0][2][0], shift.pop(), n * row_bytes)
-            shm = []  # in place already
-        else:
-            buf = np.empty(n * row_bytes, dtype=np.uint8)
-        for dst, length, data in mine:
-            if not isinstance(data, tuple):
+        buf = np.empty(n * row_bytes, dtype=np.uint8)
+        for piece in pieces:
+            if name not in piece:
+                continue
+            dst, length, data = piece[name]
+            if isinstance(data, tuple):  # (aggregator process, addresses) on this host
+                try:
+                    read(data[0], buf, dst, data[1], length)
+                except OSError as err:
+                    raise CheckpointError(
+                        f"{name}: the rows of an I/O worker on this host could not be copied: {err}"
+                    ) from err
+            else:
                 scatter_runs(buf, dst, length, data)
-        for dst, length, (segment, src) in shm:
-            copy_from_segment(segment, buf, dst, src, length)
         out[name] = buf.view(dtype).reshape((n, *row_shape))
     return out
 
@@ -283,9 +322,10 @@ def read_stage(
     window, threshold : optional
         The read policy's window width and HIO's shuffle ÷ read threshold.
     shuffle : {"auto", "dask"}
-        How rows reach a task on the aggregator's own host: ``"auto"`` leaves them in
-        shared memory for the task to copy (one copy, no socket); ``"dask"`` sends
-        them through Dask like rows for other hosts.
+        How rows reach a task on the aggregator's own host: ``"auto"``: the task
+        copies them straight out of the aggregator's memory (one copy, no socket;
+        :mod:`~orchestrator.engine.cma`) where the cluster allows it; ``"dask"``:
+        through Dask, like rows for other hosts.
     wait : bool
         Return when every task has its rows (default) or at once (``result.wait()``).
 
@@ -362,8 +402,6 @@ def read_stage(
     links = measure_links(cluster) if policy == "hio" else Links(1.0, 1.0, 0.0)
     started = time.perf_counter()
     app = (time.time_ns(), application or f"restart-{os.getpid()}-{next(_APPS)}")
-    token = f"{os.getpid()}-{secrets.token_hex(8)}"  # unguessable: /dev/shm is shared
-    segments = {name: segment_name(app, token, i) for i, name in enumerate(sorted(plan.meta))}
     kinds = {name: (m.dtype.str, tuple(m.shape[1:])) for name, m in plan.meta.items() if m.shape}
     hosts = {w: _host(w) for w in set(targets) | set(cluster.ionodes)}
     live = [a for a in plan.aggregators if a.stripes]
@@ -381,8 +419,9 @@ def read_stage(
         )
     app_shuffle = max(shuffles, default=0.0)
     disk = _disk_rate()
+    cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
-    outs, served = {}, []
+    outs, served, whole = {}, [], {}
     for a, sh in zip(live, shuffles, strict=True):
         io = cluster.ionodes[a.node]
         task = AggregatorTask(
@@ -410,17 +449,21 @@ def read_stage(
             },
             stripes=a.stripes,
             pieces=a.pieces,
-            local=frozenset(
-                t for t in a.pieces if shuffle == "auto" and hosts[targets[t]] == hosts[io]
-            ),
-            segments={name: segments[name] for name in a.stripes},
+            local=frozenset(t for t in a.pieces if cma and hosts[targets[t]] == hosts[io]),
         )
         outs[a.node] = client.submit(aggregate, task, workers=[io], pure=False)
         served.append(client.submit(_served, outs[a.node], workers=[io], pure=False))
+        # an aggregator whose tasks all copy from it sends only addresses: its whole
+        # answer goes to each of them, with no task to cut it
+        whole[a.node] = task.local == frozenset(a.pieces)
     futures = []
     for t in range(n_tasks):
         pieces = [
-            client.submit(_piece, outs[a.node], t, workers=[cluster.ionodes[a.node]], pure=False)
+            (t, outs[a.node])
+            if whole[a.node]
+            else client.submit(
+                _piece, outs[a.node], t, workers=[cluster.ionodes[a.node]], pure=False
+            )
             for a in live
             if t in a.pieces
         ]

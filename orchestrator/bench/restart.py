@@ -1,0 +1,188 @@
+"""``iorch bench restart``: a checkpoint read back into tasks through the I/O workers
+(:func:`~orchestrator.engine.readstage.read_stage`) against every task opening the file
+with h5py and reading its rows, in the same run on the same cluster.
+
+The checkpoint (``gib`` GiB of 128-byte rows, written once by a stage and kept in
+``out``) is read by ``tasks`` tasks, each a block of rows plus ``halo`` rows of its
+neighbours on both sides (replicas). Contenders, interleaved, ``repeat`` times:
+
+- ``h5py``: one Dask task per task on the compute workers, ``h5py.File`` opened by
+  the task, its rows read with slices (what a user writes today);
+- ``read_stage``: the aggregators on the I/O workers read and check every stripe,
+  the rows reach the tasks through shared memory on this host;
+- ``read_stage (dask)``: the same, the rows sent through Dask as to another host.
+
+Each contender ends when every task holds its rows on its worker. ``cold`` drops the
+page cache before every run (root): then both read the disk.
+
+Examples
+--------
+>>> rows = run("out/bench-restart", gib=0.25, repeat=1)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..contributions import Contribution, DatasetSpec
+from ..engine.cluster import IOCluster, local_cluster
+from ..engine.readstage import read_stage
+from ..engine.stage import write_stage
+from ..errors import InputError
+
+__all__ = ["checkpoint", "run"]
+
+ROW = 16  # float64 per row: 128-byte rows
+
+
+def checkpoint(cluster: IOCluster, path: Path, gib: float) -> int:
+    """Write (once) a checkpoint of ``gib`` GiB through a stage; return its rows.
+
+    Examples
+    --------
+    >>> checkpoint(cl, Path("out/ck.h5"), 0.1)  # doctest: +SKIP
+    838860
+    """
+    n = int(gib * (1 << 30)) // (ROW * 8)
+    if path.exists():
+        return n
+    rng = np.random.default_rng(0)
+    parts = []
+    writers = 8
+    for c in range(writers):
+        rows = np.arange(c * n // writers, (c + 1) * n // writers)
+        values = rng.random((rows.size, ROW))
+        parts.append(
+            cluster.client.scatter(
+                Contribution(c, rows, values), workers=[cluster.compute_worker(c)]
+            )
+        )
+    write_stage(path, {"u": (DatasetSpec("u", (n, ROW), "float64"), parts)}, cluster=cluster)
+    cluster.release(parts)
+    return n
+
+
+def _h5py_task(path: str, lo: int, hi: int) -> np.ndarray:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return np.asarray(f["u"][lo:hi])
+
+
+def _drop_caches() -> None:
+    import os
+
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("1\n")
+
+
+def run(
+    out: str | Path,
+    gib: float = 1.0,
+    tasks: int = 16,
+    halo: int = 2000,
+    repeat: int = 3,
+    cold: bool = False,
+    cluster: IOCluster | None = None,
+    note: Callable[[str], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Every contender ``repeat`` times, interleaved; seconds per run, medians and the
+    ratio of h5py's median to each contender's (above 1: faster than h5py).
+
+    Examples
+    --------
+    >>> res = run("out/bench-restart", gib=0.1, repeat=1)  # doctest: +SKIP
+    >>> res["ratio"]["read_stage"] > 0
+    True
+    """
+    if not gib > 0 or not isinstance(tasks, int) or tasks < 1 or repeat < 1:
+        raise InputError(f"gib > 0, tasks >= 1, repeat >= 1, got {gib!r}, {tasks!r}, {repeat!r}")
+    if cluster is None:
+        with local_cluster(n_ionodes=4, n_compute=4) as own:
+            return run(out, gib, tasks, halo, repeat, cold, own, note)
+    from distributed import wait
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"restart-{gib:g}gib.h5"
+    note("writing the checkpoint")
+    n = checkpoint(cluster, path, gib)
+    bounds = np.linspace(0, n, tasks + 1).astype(np.int64)
+    spans = [
+        (max(0, int(lo) - halo), min(n, int(hi) + halo)) for lo, hi in itertools.pairwise(bounds)
+    ]
+    requests = [{"u": range(lo, hi)} for lo, hi in spans]
+    where = [cluster.compute_worker(t) for t in range(tasks)]
+    client = cluster.client
+    read_stage(path, [{"u": range(10)}], cluster=cluster)  # kernels compiled, links measured
+
+    def h5() -> float:
+        t0 = time.perf_counter()
+        futs = [
+            client.submit(_h5py_task, str(path), lo, hi, workers=[w], pure=False)
+            for (lo, hi), w in zip(spans, where, strict=True)
+        ]
+        wait(futs)
+        seconds = time.perf_counter() - t0
+        _check(futs[1].result(), spans[1])
+        cluster.release(futs)
+        return seconds
+
+    def ours(shuffle: str) -> Callable[[], float]:
+        def go() -> float:
+            t0 = time.perf_counter()
+            res = read_stage(path, requests, cluster=cluster, workers=where, shuffle=shuffle)
+            seconds = time.perf_counter() - t0
+            _check(res.futures[1].result()["u"], spans[1])
+            cluster.release(res.futures)
+            return seconds
+
+        return go
+
+    contenders = {"h5py": h5, "read_stage": ours("auto"), "read_stage (dask)": ours("dask")}
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for r in range(repeat):
+        for name, go in contenders.items():
+            note(f"{name}, run {r + 1} of {repeat}")
+            if cold:
+                _drop_caches()
+            times[name].append(go())
+    median = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "gib": gib,
+        "tasks": tasks,
+        "halo": halo,
+        "cold": cold,
+        "bytes": sum(hi - lo for lo, hi in spans) * ROW * 8,
+        "seconds": times,
+        "median": median,
+        "ratio": {k: median["h5py"] / v for k, v in median.items()},
+        "copy_rate": _copy_rate(),
+        "ionodes": cluster.n_ionodes,
+        "compute": len(cluster.compute),
+    }
+
+
+def _check(rows: np.ndarray, span: tuple[int, int]) -> None:
+    if rows.shape != (span[1] - span[0], ROW):
+        raise AssertionError(f"a task got {rows.shape}, not {span[1] - span[0]} rows")
+
+
+def _copy_rate(nbytes: int = 256 << 20) -> float:
+    """Bytes/s of one memory copy in this process (the bound of any read from cache)."""
+    a = np.ones(nbytes, dtype=np.uint8)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return nbytes / best
