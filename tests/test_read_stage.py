@@ -59,7 +59,7 @@ def read_cases(draw: st.DrawFn):
         else:
             rows = []
         tasks.append({"u": rows})
-    return meta, tasks, draw(st.integers(1, 4))
+    return meta, tasks, draw(st.integers(1, 4)), draw(st.none() | st.integers(1, 7))
 
 
 def _wanted(rows, n: int) -> np.ndarray:
@@ -71,13 +71,23 @@ def _wanted(rows, n: int) -> np.ndarray:
 @settings(max_examples=1500, deadline=None)
 @given(read_cases())
 def test_the_plan_delivers_every_requested_byte_once_from_its_own_node(case) -> None:
-    meta, tasks, n_nodes = case
+    meta, tasks, n_nodes, aggregators = case
     m = meta["u"]
     nbytes = int(np.prod(m["shape"])) * np.dtype(m["dtype"]).itemsize
     row_bytes = nbytes // m["shape"][0]
     truth = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8)
-    plan = plan_reads(meta, tasks, n_nodes)
+    plan = plan_reads(meta, tasks, n_nodes, aggregators)
     sb = m["stripe_bytes"]
+    keys = [(a.domain, a.node) for a in plan.aggregators]
+    assert keys == sorted(set(keys))  # one request per domain and node, in that order
+    if aggregators is not None:
+        assert len({a.domain for a in plan.aggregators}) <= aggregators
+    # domains are ranges: a later domain never holds an earlier stripe
+    last = -1
+    for d in sorted({a.domain for a in plan.aggregators}):
+        mine = np.concatenate([a.stripes["u"] for a in plan.aggregators if a.domain == d])
+        assert mine.min() > last
+        last = int(mine.max())
     for a in plan.aggregators:
         touched = set()
         for per in a.pieces.values():
@@ -172,6 +182,7 @@ def _task(app: int, shuffle: float, app_shuffle: float, policy: str):
         path="/nonexistent",
         fmt="zarr",  # nothing is opened: no stripes
         node=7,
+        domain=0,
         app=(app, f"app{app}"),
         access=0,
         policy=policy,
@@ -321,8 +332,8 @@ def test_every_task_gets_its_rows_from_every_format(cluster, tmp_path, fmt) -> N
             assert res.bytes_shuffled == sum(
                 r[n].nbytes for r in got for n in r
             )  # every byte a task holds came through the shuffle, once
-            nodes = [s["node"] for s in res.served]
-            assert sorted(nodes) == sorted(set(nodes))  # one request per node
+            keys = [(s["domain"], s["node"]) for s in res.served]
+            assert sorted(keys) == sorted(set(keys))  # one request per domain and node
             cluster.release(res.futures)
     assert _nothing_held(cluster)
 
@@ -375,9 +386,15 @@ def test_concurrent_restarts_are_each_complete(cluster, tmp_path) -> None:
         _check(reqs, res.wait().gather())
     apps = [res.application for res in running]
     assert len(set(apps)) == 3 and apps == sorted(apps)  # ordered by their start
-    for node in range(3):  # every node served every restart once
+    for node in range(3):  # every node served each of its requests once, one at a time
         mine = [s for res in running for s in res.served if s["node"] == node]
-        assert len({s["position"] for s in mine}) == len(mine) == 3
+        assert (
+            len({s["position"] for s in mine})
+            == len(mine)
+            == sum(a.node == node for res in running for a in res.plan.aggregators)
+        )
+        spans = sorted((s["start"], s["end"]) for s in mine)
+        assert all(e1 <= s2 for (_, e1), (s2, _) in itertools.pairwise(spans))
     assert _nothing_held(cluster)
 
 

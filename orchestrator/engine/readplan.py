@@ -16,11 +16,14 @@ Examples
 --------
 >>> meta = {"u": {"shape": [10], "dtype": "<f8", "stripe_bytes": 32, "n_ionodes": 2,
 ...               "checksums": {}}}
->>> plan = plan_reads(meta, [{"u": range(0, 6)}, {"u": [9, 2]}], n_nodes=2)
+>>> plan = plan_reads(meta, [{"u": range(0, 6)}, {"u": [9, 2]}], n_nodes=2, aggregators=1)
 >>> [a.stripes["u"].tolist() for a in plan.aggregators]
 [[0, 2], [1]]
->>> plan.aggregators[0].pieces[1]["u"].tolist()   # task 1: row 9 (bytes 72..80) first
-[[0, 72, 8]]
+>>> plan.aggregators[0].pieces[1]["u"].tolist()   # task 1: row 9 (bytes 72..80), row 2
+[[0, 72, 8], [8, 16, 8]]
+>>> plan = plan_reads(meta, [{"u": range(0, 6)}, {"u": [9, 2]}], n_nodes=2, aggregators=2)
+>>> [(a.domain, a.node, a.stripes["u"].tolist()) for a in plan.aggregators]
+[(0, 0, [0]), (0, 1, [1]), (1, 0, [2])]
 """
 
 from __future__ import annotations
@@ -68,11 +71,13 @@ class DatasetMeta:
 
 @dataclass
 class AggregatorPlan:
-    """One application's aggregator on one I/O node: the stripes it reads (per dataset,
+    """One application's aggregator's request on one I/O node: the stripes of its file
+    domain there (per dataset,
     ascending) and, per task, the byte runs ``[position, offset, length]`` it sends
     there (position in the task's rows, offset in the dataset)."""
 
     node: int
+    domain: int = 0
     stripes: dict[str, IntArray] = field(default_factory=dict)
     pieces: dict[int, dict[str, IntArray]] = field(default_factory=dict)
 
@@ -194,6 +199,7 @@ def plan_reads(
     manifest_datasets: Mapping[str, Any],
     requests: Sequence[Mapping[str, Any]],
     n_nodes: int,
+    aggregators: int | None = None,
 ) -> ReadPlan:
     """Each I/O node's aggregator for one application's restart.
 
@@ -207,6 +213,10 @@ def plan_reads(
     n_nodes : int
         I/O workers reading (stripes of a checkpoint written for another count are
         folded onto them).
+    aggregators : int, optional
+        File domains: the stripes wanted, in order, cut into this many ranges of as
+        many stripes each; one request per domain and node holding part of it
+        (default: one domain per task, at most four per node).
 
     Examples
     --------
@@ -223,10 +233,13 @@ def plan_reads(
             "requests must be a non-empty list with one {dataset: rows} mapping per task, got "
             f"{type(requests).__name__}"
         )
+    if aggregators is not None and (
+        not isinstance(aggregators, int) or isinstance(aggregators, bool) or aggregators < 1
+    ):
+        raise InputError(f"aggregators must be a whole number >= 1, got {aggregators!r}")
     meta = dataset_metas(manifest_datasets)
-    aggs = [AggregatorPlan(k) for k in range(n_nodes)]
     lengths: list[dict[str, int]] = []
-    needed: list[dict[str, list[IntArray]]] = [{} for _ in range(n_nodes)]
+    cut: list[tuple[int, str, IntArray, IntArray]] = []  # task, dataset, runs, stripes
     for t, req in enumerate(requests):
         if not isinstance(req, Mapping):
             raise InputError(
@@ -246,14 +259,35 @@ def plan_reads(
             mine[name] = int(r.size)
             runs = to_runs(r) * np.array([m.row_bytes, m.row_bytes, m.row_bytes])
             runs = split_at(runs[runs[:, 2] > 0], m.stripe_bytes)
-            stripe = runs[:, 1] // m.stripe_bytes
-            node = m.stripe_node(stripe, n_nodes)
-            for k in np.unique(node).tolist():
-                part = runs[node == k]
-                aggs[k].pieces.setdefault(t, {})[name] = part
-                needed[k].setdefault(name, []).append(np.unique(stripe[node == k]))
+            cut.append((t, name, runs, runs[:, 1] // m.stripe_bytes))
         lengths.append(mine)
-    for k, per in enumerate(needed):
-        for name, parts in per.items():
-            aggs[k].stripes[name] = np.unique(np.concatenate(parts))
-    return ReadPlan(meta, aggs, lengths)
+    # the file domains: every stripe wanted, dataset by dataset in stripe order, cut into
+    # ``aggregators`` ranges of as many stripes each
+    names = sorted(meta)
+    wanted = {
+        name: np.unique(
+            np.concatenate([st for _, n, _, st in cut if n == name] or [np.empty(0, np.int64)])
+        )
+        for name in names
+    }
+    first = np.cumsum([0] + [wanted[n].size for n in names])
+    total = int(first[-1])
+    k = min(aggregators or max(1, min(len(requests), 4 * n_nodes)), max(1, total))
+    where = {n: int(first[i]) for i, n in enumerate(names)}
+    aggs: dict[tuple[int, int], AggregatorPlan] = {}
+    parts: dict[tuple[int, int], dict[str, list[IntArray]]] = {}
+    for t, name, runs, stripe in cut:
+        m = meta[name]
+        domain = (where[name] + np.searchsorted(wanted[name], stripe)) * k // max(1, total)
+        node = m.stripe_node(stripe, n_nodes)
+        key = domain * n_nodes + node
+        for one in np.unique(key).tolist():
+            d, kn = divmod(int(one), n_nodes)
+            a = aggs.setdefault((d, kn), AggregatorPlan(kn, domain=d))
+            mask = key == one
+            a.pieces.setdefault(t, {})[name] = runs[mask]
+            parts.setdefault((d, kn), {}).setdefault(name, []).append(stripe[mask])
+    for key, a in aggs.items():
+        a.stripes = {n: np.unique(np.concatenate(p)) for n, p in parts[key].items()}
+    ordered = [aggs[key] for key in sorted(aggs)]  # domain by domain, node by node
+    return ReadPlan(meta, ordered, lengths)

@@ -35,6 +35,7 @@ class AggregatorTask:
     path: str
     fmt: str
     node: int
+    domain: int
     app: tuple[int, str]
     access: int
     policy: str
@@ -403,6 +404,7 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
         "pieces": pieces,
         "served": {
             "node": task.node,
+            "domain": task.domain,
             "app": task.app,
             "position": req.position,
             "arrival": req.arrival,

@@ -222,8 +222,8 @@ class ReadResult:
         return self
 
     def _release(self) -> None:
-        """Remove the shared-memory segments the aggregators left for the tasks (every
-        task has copied its rows once its future is done)."""
+        """Let the I/O workers drop the stripes they kept for tasks to copy (every task
+        has copied its rows once its future is done)."""
         if self._client is None or not self._io:
             return
         client, self._client = self._client, None
@@ -297,6 +297,7 @@ def read_stage(
     window: int = 10,
     threshold: float = 0.2,
     shuffle: str = "auto",
+    aggregators: int | None = None,
     wait: bool = True,
 ) -> ReadResult:
     """Read rows of a committed checkpoint into tasks through the I/O workers.
@@ -326,6 +327,11 @@ def read_stage(
         copies them straight out of the aggregator's memory (one copy, no socket;
         :mod:`~orchestrator.engine.cma`) where the cluster allows it; ``"dask"``:
         through Dask, like rows for other hosts.
+    aggregators : int, optional
+        The restart's file domains (the HIO paper's aggregators): each is read by one
+        request on every I/O node holding part of it; a task's rows come from the
+        domains holding them, so the first tasks start while the last domains are
+        read (default: one per task, at most four per I/O node).
     wait : bool
         Return when every task has its rows (default) or at once (``result.wait()``).
 
@@ -379,6 +385,7 @@ def read_stage(
                 window=window,
                 threshold=threshold,
                 shuffle=shuffle,
+                aggregators=aggregators,
             )
             res.data = res.gather()
             res.futures = []
@@ -386,7 +393,7 @@ def read_stage(
             return res
     if not isinstance(cluster, IOCluster):
         raise InputError(f"cluster must be an IOCluster, got {type(cluster).__name__}")
-    plan = plan_reads(manifest["datasets"], requests, cluster.n_ionodes)
+    plan = plan_reads(manifest["datasets"], requests, cluster.n_ionodes, aggregators)
     n_tasks = plan.n_tasks
     if workers is None:
         targets = [cluster.compute_worker(t) for t in range(n_tasks)]
@@ -422,12 +429,13 @@ def read_stage(
     cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
     outs, served, whole = {}, [], {}
-    for a, sh in zip(live, shuffles, strict=True):
+    for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
         io = cluster.ionodes[a.node]
         task = AggregatorTask(
             path=str(path),
             fmt=fmt,
             node=a.node,
+            domain=a.domain,
             app=app,
             access=access,
             policy=policy,
@@ -451,20 +459,18 @@ def read_stage(
             pieces=a.pieces,
             local=frozenset(t for t in a.pieces if cma and hosts[targets[t]] == hosts[io]),
         )
-        outs[a.node] = client.submit(aggregate, task, workers=[io], pure=False)
-        served.append(client.submit(_served, outs[a.node], workers=[io], pure=False))
+        outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
+        served.append(client.submit(_served, outs[i], workers=[io], pure=False))
         # an aggregator whose tasks all copy from it sends only addresses: its whole
         # answer goes to each of them, with no task to cut it
-        whole[a.node] = task.local == frozenset(a.pieces)
+        whole[i] = task.local == frozenset(a.pieces)
     futures = []
     for t in range(n_tasks):
         pieces = [
-            (t, outs[a.node])
-            if whole[a.node]
-            else client.submit(
-                _piece, outs[a.node], t, workers=[cluster.ionodes[a.node]], pure=False
-            )
-            for a in live
+            (t, outs[i])
+            if whole[i]
+            else client.submit(_piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False)
+            for i, a in enumerate(live)
             if t in a.pieces
         ]
         futures.append(
@@ -486,7 +492,7 @@ def read_stage(
         served,
         workers=targets,
         _client=client,
-        _io=[cluster.ionodes[a.node] for a in live],
+        _io=sorted({cluster.ionodes[a.node] for a in live}),
     )
     return res.wait() if wait else res
 
