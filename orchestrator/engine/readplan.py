@@ -216,7 +216,8 @@ def plan_reads(
     aggregators : int, optional
         File domains: the stripes wanted, in order, cut into this many ranges of as
         many stripes each; one request per domain and node holding part of it
-        (default: one domain per task, at most four per node).
+        (default 1: one request per node — more domains let the first tasks start
+        earlier, but each request is a Dask task, which costs more here than it saves).
 
     Examples
     --------
@@ -272,7 +273,7 @@ def plan_reads(
     }
     first = np.cumsum([0] + [wanted[n].size for n in names])
     total = int(first[-1])
-    k = min(aggregators or max(1, min(len(requests), 4 * n_nodes)), max(1, total))
+    k = min(aggregators or 1, max(1, total))
     where = {n: int(first[i]) for i, n in enumerate(names)}
     aggs: dict[tuple[int, int], AggregatorPlan] = {}
     parts: dict[tuple[int, int], dict[str, list[IntArray]]] = {}

@@ -287,8 +287,11 @@ def release(app: tuple[int, str]) -> int:
     now = time.time()
     with _LOCK:
         _, held = _HELD.pop(tuple(app), (0.0, []))  # type: ignore[arg-type]
-        for key in [k for k, (t, _) in _HELD.items() if now - t > HOLD_SECONDS]:
+        stale = [k for k, (t, _) in _HELD.items() if now - t > HOLD_SECONDS]
+        for key in stale:
             del _HELD[key]
+    for gone in [tuple(app), *stale]:
+        _forget_reader(gone)  # type: ignore[arg-type]
     return len(held)
 
 
@@ -309,7 +312,7 @@ def _read(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
     are the whole dataset in place (the checkpoint mapped: indexed by offset in the
     dataset) or a buffer of the stripes read (stripe ``i`` of the ascending list at
     ``i * stripe_bytes``)."""
-    reader = _Stripes(task.path, task.fmt)
+    reader = _reader(task)
     out: dict[str, tuple[np.ndarray, bool]] = {}
     try:
         for name, stripes in task.stripes.items():
@@ -341,9 +344,38 @@ def _read(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
                         f"does not match the manifest: checksum {got}, manifest says {want}"
                     )
             out[name] = (buf, whole is not None)
-    finally:
-        reader.close()
+    except BaseException:
+        _forget_reader(task.app)  # the file may be what is wrong: open it anew next time
+        raise
     return out
+
+
+#: open checkpoints (by path, inode, change time) and the applications reading them:
+#: a restart's many requests open and map the file once
+_READERS: dict[tuple[str, int, int], tuple[_Stripes, set[tuple[int, str]]]] = {}
+
+
+def _reader(task: AggregatorTask) -> _Stripes:
+    st = os.stat(task.path)
+    key = (task.path, st.st_ino, st.st_ctime_ns)
+    with _LOCK:
+        if key not in _READERS:
+            _READERS[key] = (_Stripes(task.path, task.fmt), set())
+        reader, apps = _READERS[key]
+        apps.add(tuple(task.app))  # type: ignore[arg-type]
+        return reader
+
+
+def _forget_reader(app: tuple[int, str]) -> None:
+    """Close the checkpoints no application reads any more (their mappings go with the
+    last stripes handed out)."""
+    with _LOCK:
+        for key in list(_READERS):
+            reader, apps = _READERS[key]
+            apps.discard(tuple(app))
+            if not apps:
+                del _READERS[key]
+                reader.close()
 
 
 def _stripe_bytes(task: AggregatorTask) -> int:

@@ -331,7 +331,8 @@ def read_stage(
         The restart's file domains (the HIO paper's aggregators): each is read by one
         request on every I/O node holding part of it; a task's rows come from the
         domains holding them, so the first tasks start while the last domains are
-        read (default: one per task, at most four per I/O node).
+        read (default 1: one request per I/O node; measured on 2 cores, 16 domains
+        for 16 tasks took 3× longer: each request is a Dask task).
     wait : bool
         Return when every task has its rows (default) or at once (``result.wait()``).
 
