@@ -23,7 +23,15 @@ import numpy as np
 from ..errors import CheckpointError
 from .checksums import stripe_checksum
 
-__all__ = ["AggregatorTask", "aggregate", "held", "inject", "release", "served"]
+__all__ = [
+    "AggregatorTask",
+    "aggregate",
+    "held",
+    "inject",
+    "release",
+    "served",
+    "served_when_done",
+]
 
 
 @dataclass
@@ -51,6 +59,9 @@ class AggregatorTask:
     #: tasks on this worker's host: they copy their rows out of this process's memory
     #: (:mod:`orchestrator.engine.cma`) instead of receiving them through Dask
     local: frozenset[int] = frozenset()
+    #: every task is local: answer at once with where the stripes will be, and let the
+    #: tasks copy each stripe as soon as it is checked (flags in this process's memory)
+    pipelined: bool = False
 
 
 @dataclass
@@ -60,6 +71,8 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
+    bufs: dict[str, tuple[np.ndarray, bool]] | None = None
+    flags: np.ndarray | None = None
     start: float = 0.0
     end: float = 0.0
     position: int = 0
@@ -79,9 +92,14 @@ class _NodeServer:
         self.thread = threading.Thread(target=self._loop, name=f"iorch-read-io-{node}", daemon=True)
         self.thread.start()
 
-    def submit(self, task: AggregatorTask) -> _Request:
+    def submit(
+        self,
+        task: AggregatorTask,
+        bufs: dict[str, tuple[np.ndarray, bool]] | None = None,
+        flags: np.ndarray | None = None,
+    ) -> _Request:
         with self.cond:
-            req = _Request(task, next(self.arrivals))
+            req = _Request(task, next(self.arrivals), bufs=bufs, flags=flags)
             self.pending.append(req)
             self.cond.notify_all()
         return req
@@ -99,9 +117,12 @@ class _NodeServer:
                 self.pending.remove(req)
             req.start = time.time()
             try:
-                req.result = _read(req.task)
+                req.result = _read(req.task, req.bufs, req.flags)
             except BaseException as err:  # handed to the aggregator, raised there
                 req.error = err
+                if req.flags is not None:  # what was not checked will not be
+                    req.flags[req.flags == PENDING] = NOT_READ
+            req.bufs = req.flags = None
             req.end = time.time()
             with self.cond:
                 req.position = self.served
@@ -307,18 +328,42 @@ def held() -> int:
         return len(_HELD)
 
 
-def _read(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
-    """Every stripe of the aggregator, checked. Per dataset: the bytes, and whether they
-    are the whole dataset in place (the checkpoint mapped: indexed by offset in the
-    dataset) or a buffer of the stripes read (stripe ``i`` of the ascending list at
-    ``i * stripe_bytes``)."""
+#: a pipelined request's flag per stripe: not checked yet, checked, damaged, never read
+PENDING, CHECKED, DAMAGED, NOT_READ = 0, 1, 2, 3
+
+
+def _prepare(task: AggregatorTask, reader: _Stripes) -> dict[str, tuple[np.ndarray, bool]]:
+    """Where each dataset's stripes will be: the dataset in place (the checkpoint mapped,
+    indexed by offset in the dataset), or a buffer (stripe ``i`` of the ascending list
+    at ``i * stripe_bytes``)."""
+    out = {}
+    for name, stripes in task.stripes.items():
+        _, _, sb, total, _ = task.datasets[name]
+        whole = reader.dataset(name, total)
+        if whole is not None:
+            out[name] = (whole, True)
+        else:
+            out[name] = (np.empty(len(stripes) * sb, dtype=np.uint8), False)
+    return out
+
+
+def _read(
+    task: AggregatorTask,
+    bufs: dict[str, tuple[np.ndarray, bool]] | None = None,
+    flags: np.ndarray | None = None,
+) -> dict[str, tuple[np.ndarray, bool]]:
+    """Every stripe of the aggregator, checked, into ``bufs`` (made here if not given,
+    see :func:`_prepare`); each stripe's flag set as it is checked."""
     reader = _reader(task)
     out: dict[str, tuple[np.ndarray, bool]] = {}
+    at = 0
     try:
+        if bufs is None:
+            bufs = _prepare(task, reader)
         for name, stripes in task.stripes.items():
             _, _, sb, total, sums = task.datasets[name]
-            whole = reader.dataset(name, total)
-            buf = whole if whole is not None else np.empty(len(stripes) * sb, dtype=np.uint8)
+            buf, in_place = bufs[name]
+            whole = buf if in_place else None
             if whole is not None:  # ask for every stripe at once: the disk reads ahead
                 reader.prefetch(name, [(s * sb, min(sb, total - s * sb)) for s in stripes])
             for i, s in enumerate(np.asarray(stripes).tolist()):
@@ -339,10 +384,15 @@ def _read(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
                 want = sums.get(str(off))
                 got = stripe_checksum(view)
                 if want != got:
+                    if flags is not None:
+                        flags[at + i] = DAMAGED
                     raise CheckpointError(
                         f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
                         f"does not match the manifest: checksum {got}, manifest says {want}"
                     )
+                if flags is not None:
+                    flags[at + i] = CHECKED
+            at += len(stripes)
             out[name] = (buf, whole is not None)
     except BaseException:
         _forget_reader(task.app)  # the file may be what is wrong: open it anew next time
@@ -386,14 +436,96 @@ def _stripe_bytes(task: AggregatorTask) -> int:
     return total
 
 
+_REQUESTS: dict[tuple[Any, ...], _Request] = {}
+
+
+def _key(task: AggregatorTask) -> tuple[Any, ...]:
+    return (tuple(task.app), task.access, task.domain, task.node)
+
+
+def _offer(task: AggregatorTask) -> dict[str, Any]:
+    """A pipelined request: queue it and answer at once with, per task, where its runs
+    will be and which flag says each is checked."""
+    from .cma import identity
+
+    bufs = _prepare(task, _reader(task))
+    flags = np.zeros(sum(len(st) for st in task.stripes.values()), dtype=np.uint8)
+    _hold(task.app, (bufs, flags))
+    first, at = {}, 0
+    for name, stripes in task.stripes.items():
+        first[name] = at
+        at += len(stripes)
+    me = identity()
+    pieces: dict[int, dict[str, Any]] = {}
+    for t, per in task.pieces.items():
+        piece = {}
+        for name, runs in per.items():
+            runs = np.asarray(runs, dtype=np.int64)
+            buf, whole = bufs[name]
+            sb = task.datasets[name][2]
+            stripe = runs[:, 1] // sb
+            slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
+            src = runs[:, 1] if whole else slot * sb + runs[:, 1] - stripe * sb
+            where = (me, buf.ctypes.data + src, flags.ctypes.data, flags.size, first[name] + slot)
+            piece[name] = (runs[:, 0], runs[:, 2], where, runs[:, 1] - runs[:, 1] % sb)
+        pieces[t] = piece
+    server = _server(task.node)  # takes _LOCK itself
+    req = server.submit(task, bufs, flags)
+    with _LOCK:
+        _REQUESTS[_key(task)] = req
+    return {"pieces": pieces, "pipelined": _key(task)}
+
+
+def served_when_done(key: tuple[Any, ...]) -> dict[str, Any]:
+    """What a pipelined request's node served, once it has; raises its error (a damaged
+    stripe, named).
+
+    Examples
+    --------
+    >>> served_when_done(out["pipelined"])  # doctest: +SKIP
+    {'node': 0, ...}
+    """
+    with _LOCK:
+        req = _REQUESTS.pop(tuple(key))
+    try:
+        from distributed import secede
+
+        secede()
+    except (ImportError, ValueError):
+        pass
+    req.done.wait()
+    req.result = None
+    if req.error is not None:
+        raise req.error
+    return _info(req, 0.0)
+
+
+def _info(req: _Request, cut: float) -> dict[str, Any]:
+    task = req.task
+    return {
+        "node": task.node,
+        "domain": task.domain,
+        "app": task.app,
+        "position": req.position,
+        "arrival": req.arrival,
+        "start": req.start,
+        "end": req.end,
+        "cut_seconds": cut,
+        "bytes": _stripe_bytes(task),
+    }
+
+
 def aggregate(task: AggregatorTask) -> dict[str, Any]:
     """Queue the request on this I/O node, wait for it to be served, and cut the rows
     into each task's piece ``{dataset: (positions, rows)}``; also what was served.
+    A pipelined request answers at once (:func:`_offer`).
 
     Examples
     --------
     >>> out = client.submit(aggregate, task, workers=[io0]).result()  # doctest: +SKIP
     """
+    if task.pipelined:
+        return _offer(task)
     req = _server(task.node).submit(task)
     try:
         from distributed import secede
@@ -432,17 +564,4 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
             else:
                 piece[name] = (runs[:, 0], runs[:, 2], gather_runs(buf, src, runs[:, 2]))
         pieces[t] = piece
-    return {
-        "pieces": pieces,
-        "served": {
-            "node": task.node,
-            "domain": task.domain,
-            "app": task.app,
-            "position": req.position,
-            "arrival": req.arrival,
-            "start": req.start,
-            "end": req.end,
-            "cut_seconds": time.time() - cut,
-            "bytes": _stripe_bytes(task),
-        },
-    }
+    return {"pieces": pieces, "served": _info(req, time.time() - cut)}

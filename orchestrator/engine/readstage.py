@@ -24,7 +24,7 @@ from ..errors import CheckpointError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, plan_reads
-from .readserver import AggregatorTask, aggregate, release
+from .readserver import AggregatorTask, aggregate, release, served_when_done
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -250,6 +250,8 @@ def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
 
 
 def _served(out: dict[str, Any]) -> dict[str, Any]:
+    if "pipelined" in out:  # answered before it was served: wait for the node
+        return served_when_done(out["pipelined"])
     return out["served"]
 
 
@@ -271,6 +273,9 @@ def _assemble(
         for piece in pieces:
             if name not in piece:
                 continue
+            if len(piece[name]) == 4:  # pipelined: copy each run once its stripe is checked
+                _copy_when_checked(name, buf, *piece[name])
+                continue
             dst, length, data = piece[name]
             if isinstance(data, tuple):  # (aggregator process, addresses) on this host
                 try:
@@ -283,6 +288,43 @@ def _assemble(
                 scatter_runs(buf, dst, length, data)
         out[name] = buf.view(dtype).reshape((n, *row_shape))
     return out
+
+
+def _copy_when_checked(
+    name: str, buf: np.ndarray, dst: Any, length: Any, where: Any, stripe_at: Any
+) -> None:
+    """Copy runs out of an I/O worker on this host as their stripes pass their checks
+    there (its flags, read the same way); a damaged stripe fails the task, named."""
+    from .cma import read
+    from .readserver import CHECKED, DAMAGED, PENDING
+
+    who, remote, flags_at, n_flags, flag = where
+    flags = np.empty(n_flags, dtype=np.uint8)
+    todo = np.ones(length.size, dtype=bool)
+    pause = 0.0005
+    try:
+        while todo.any():
+            read(who, flags, np.array([0]), np.array([flags_at]), np.array([n_flags]))
+            state = flags[flag]
+            if (todo & (state != PENDING) & (state != CHECKED)).any():
+                bad = int(np.flatnonzero(todo & (state != PENDING) & (state != CHECKED))[0])
+                why = "does not match the manifest" if state[bad] == DAMAGED else "was not read"
+                raise CheckpointError(
+                    f"{name}: the stripe at byte {int(stripe_at[bad])} {why} (its I/O node "
+                    "failed the request; the restart fails with its reason)"
+                )
+            ready = todo & (state == CHECKED)
+            if ready.any():
+                read(who, buf, dst[ready], remote[ready], length[ready])
+                todo &= ~ready
+                pause = 0.0005
+            else:
+                time.sleep(pause)
+                pause = min(0.02, pause * 2)
+    except OSError as err:
+        raise CheckpointError(
+            f"{name}: the rows of an I/O worker on this host could not be copied: {err}"
+        ) from err
 
 
 def read_stage(
@@ -459,12 +501,13 @@ def read_stage(
             stripes=a.stripes,
             pieces=a.pieces,
             local=frozenset(t for t in a.pieces if cma and hosts[targets[t]] == hosts[io]),
+            pipelined=cma and all(hosts[targets[t]] == hosts[io] for t in a.pieces),
         )
         outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
         served.append(client.submit(_served, outs[i], workers=[io], pure=False))
         # an aggregator whose tasks all copy from it sends only addresses: its whole
         # answer goes to each of them, with no task to cut it
-        whole[i] = task.local == frozenset(a.pieces)
+        whole[i] = task.pipelined
     futures = []
     for t in range(n_tasks):
         pieces = [

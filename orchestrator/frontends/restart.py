@@ -132,6 +132,7 @@ class InputStage:
             application=self.application,
             wait=False,
         )
+        res.wait()  # every stripe checked before any task runs: a damaged one raises here
         client = cluster.client
         futures = [
             client.submit(
@@ -146,7 +147,6 @@ class InputStage:
         ]
         if not wait:
             return futures
-        res.wait()  # a damaged stripe raises here, naming it
         return client.gather(futures)
 
 
