@@ -467,3 +467,58 @@ def test_a_restarted_step_runs_each_task_on_its_rows(cluster, tmp_path) -> None:
         bad.restart(tasks=1, cluster=cluster)
     with pytest.raises(InputError, match="policy must be"):
         orc.input_stage("x", rows=rows_of, policy="lifo")
+
+
+def _mark(data, task, folder):
+    Path(folder, f"ran-{task}").write_text("x")
+    return task
+
+
+def test_a_damaged_checkpoint_runs_no_restarted_task(cluster, tmp_path) -> None:
+    """Tasks copy checked stripes while the rest are read; one damaged stripe fails the
+    restart, and no task's function runs — not even those whose rows were intact."""
+    import h5py
+
+    import orchestrator as orc
+
+    target = _write(cluster, tmp_path, "hdf5")
+    with h5py.File(target, "r") as f:
+        base = f["u"].id.get_offset()
+    with open(target, "r+b") as fh:  # the last stripe of "u"
+        fh.seek(base + N * 24 - 5)
+        fh.write(b"\x00\x01\x02")
+    resume = orc.input_stage(target, rows=lambda t: {"u": range(t * 500, (t + 1) * 500)})(_mark)
+    with pytest.raises(CheckpointError, match="does not match the manifest"):
+        resume.restart(tasks=6, cluster=cluster, folder=str(tmp_path))
+    assert not list(tmp_path.glob("ran-*"))
+    assert _nothing_held(cluster)
+    # read_stage says which stripe; a task needing it says so too
+    res = read_stage(
+        target, [{"u": range(0, 100)}, {"u": range(2900, 3000)}], cluster=cluster, wait=False
+    )
+    with pytest.raises(CheckpointError, match=r"u: stripe at byte 69632"):
+        res.wait()
+    assert res.futures[0].status == "finished"  # its stripe was checked: its rows are right
+    assert np.array_equal(res.futures[0].result()["u"], TRUTH_U[:100])
+    with pytest.raises(CheckpointError, match=r"u: the stripe at byte 69632 does not match"):
+        res.futures[1].result()
+
+
+def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    iorch = str(Path(sys.executable).with_name("iorch"))
+    args = ["bench", "restart", "--gib", "0.02", "--tasks", "4", "--halo", "10"]
+    res = subprocess.run(
+        [iorch, *args, "--repeat", "1", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads((tmp_path / "results.json").read_text())
+    assert set(out["median"]) == {"h5py", "read_stage", "read_stage (dask)"}
+    assert all(v > 0 for v in out["ratio"].values()) and out["ratio"]["h5py"] == 1.0
+    assert "h5py ÷ this" in res.stdout
