@@ -6,6 +6,7 @@ I/O node's service order, bad input, shared memory left behind)."""
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from orchestrator.engine.cluster import local_cluster
 from orchestrator.engine.readplan import plan_reads, split_at, to_runs
 from orchestrator.engine.readstage import read_stage
 from orchestrator.engine.stage import write_stage
-from orchestrator.errors import CheckpointError, InputError
+from orchestrator.errors import CheckpointError, InputError, OrchestratorError
 from orchestrator.kernels.runs import copy_runs, gather_runs, scatter_runs
 
 FORMATS = ["hdf5", "hdf5-vds", "hdf5-chunked", "zarr"]
@@ -522,3 +523,79 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
     assert set(out["median"]) == {"h5py", "read_stage", "read_stage (dask)"}
     assert all(v > 0 for v in out["ratio"].values()) and out["ratio"]["h5py"] == 1.0
     assert "h5py ÷ this" in res.stdout
+
+
+def test_a_lost_io_worker_fails_the_restart_instead_of_hanging(tmp_path) -> None:
+    with local_cluster(n_ionodes=2, n_compute=1) as cl:
+        target = _write(cl, tmp_path, "hdf5")
+        cl.client.run(readserver.inject, delay=30.0, workers=[cl.ionodes[1]])  # a slow disk
+        res = read_stage(target, [{"u": range(0, N)}], cluster=cl, wait=False)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        cl.client.submit(os._exit, 1, workers=[cl.ionodes[1]], pure=False)  # it dies
+        with pytest.raises(OrchestratorError, match=r"I/O worker .* was lost during restart"):
+            res.wait()
+        assert time.monotonic() - t0 < 25  # not the slow disk's 30 s: the loss was seen
+
+
+def _kw(data, task, key="mine"):
+    return task, key
+
+
+def test_what_the_probe_found(cluster, tmp_path) -> None:
+    """Each was a hang, a raw traceback or wrong data (issue 18's hostile probe)."""
+    import h5py
+
+    import orchestrator as orc
+
+    target = _write(cluster, tmp_path, "hdf5")
+    with pytest.raises(InputError, match="access must be"):
+        read_stage(target, [{"u": [1]}], cluster=cluster, access=2**64)
+    with pytest.raises(InputError, match="asks for row 999999999999999"):
+        read_stage(target, [{"u": range(0, 10**15)}], cluster=cluster)
+    with pytest.raises(InputError, match="step not 0"):
+        read_stage(target, [{"u": slice(0, 5, 0)}], cluster=cluster)
+    with pytest.raises(InputError, match="workers must be a list"):
+        read_stage(target, [{"u": [1]}], cluster=cluster, workers=(w for w in "x"))
+    with pytest.raises(InputError, match="threshold"):
+        read_stage(target, [{"u": [1]}], cluster=cluster, threshold=True)
+    with pytest.raises(InputError, match="wait must be"):
+        read_stage(target, [{"u": [1]}], cluster=cluster, wait="no")
+    with pytest.raises(InputError, match="masked"):
+        read_stage(target, [{"u": np.ma.masked_array([1, 2], mask=[0, 1])}], cluster=cluster)
+    # the function's keywords are its own, not Dask's
+    resume = orc.input_stage(target, rows=lambda t: {"id": [t]})(_kw)
+    assert resume.restart(tasks=2, cluster=cluster, key="x") == [(0, "x"), (1, "x")]
+    boom = orc.input_stage(target, rows=lambda t: {}[t])(_kw)
+    with pytest.raises(InputError, match=r"rows\(0\) raised KeyError"):
+        boom.restart(tasks=2, cluster=cluster)
+    # a relative path, read after the driver changed folder
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        res = read_stage("ck.hdf5", [{"id": [5]}], cluster=cluster, wait=False)
+        os.chdir("/")
+        assert res.gather()[0]["id"].tolist() == [35]
+    finally:
+        os.chdir(here)
+    # gone between the plan and the read
+    res = read_stage(target, [{"id": [5]}], cluster=cluster, wait=False, policy="nio")
+    # structured rows keep their fields
+    rec = np.zeros(10, dtype=[("a", "<i4"), ("b", "<f8")])
+    rec["a"] = np.arange(10)
+    st = tmp_path / "rec.h5"
+    write_stage(st, {"r": (DatasetSpec("r", (10,), rec.dtype), [Contribution(0, np.arange(10), rec)])}, cluster=cluster)  # fmt: skip
+    got = read_stage(st, [{"r": [3, 4]}], cluster=cluster).gather()[0]["r"]
+    assert got.dtype == rec.dtype and got["a"].tolist() == [3, 4]
+    res.wait()
+    gone = tmp_path / "gone.h5"
+    write_stage(gone, {"r": (DatasetSpec("r", (10,), rec.dtype), [Contribution(0, np.arange(10), rec)])}, cluster=cluster)  # fmt: skip
+    cluster.client.run(readserver.inject, delay=1.0, workers=cluster.ionodes)
+    try:
+        res = read_stage(gone, [{"r": [1]}], cluster=cluster, wait=False)
+        gone.unlink()
+        with pytest.raises(CheckpointError, match="cannot be opened on I/O node"):
+            res.wait()
+    finally:
+        cluster.client.run(readserver.inject, workers=cluster.ionodes)
+    assert h5py is not None

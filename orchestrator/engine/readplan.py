@@ -178,16 +178,28 @@ def split_at(runs: IntArray, unit: int) -> IntArray:
 def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray:
     where = f"requests[{task}][{name!r}]"
     if isinstance(rows, slice):
-        rows = range(*rows.indices(n_rows))
+        try:
+            rows = range(*rows.indices(n_rows))
+        except (TypeError, ValueError) as err:
+            raise InputError(f"{where}: a slice of whole numbers, step not 0: {err}") from None
     if isinstance(rows, range):
+        if len(rows) and not (0 <= min(rows[0], rows[-1]) and max(rows[0], rows[-1]) < n_rows):
+            bad = rows[0] if not 0 <= rows[0] < n_rows else rows[-1]
+            raise InputError(f"{where} asks for row {bad}; the dataset has rows 0..{n_rows - 1}")
         if rows.step == 1 or len(rows) <= 1:
             out = np.arange(rows.start, rows.start + len(rows), dtype=np.int64)
         else:
             out = np.asarray(rows, dtype=np.int64)
     else:
+        if isinstance(rows, np.ma.MaskedArray):
+            raise InputError(f"{where}: a masked array (which rows are meant?); give plain rows")
         a = np.asarray(rows)
         if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
             raise InputError(f"{where} must be row numbers (1-D whole numbers), got {a.dtype}")
+        if a.size and a.dtype.kind == "u" and int(a.max()) >= n_rows:
+            raise InputError(
+                f"{where} asks for row {int(a.max())}; the dataset has rows 0..{n_rows - 1}"
+            )
         out = a.astype(np.int64)
     if out.size and (out.min() < 0 or out.max() >= n_rows):
         bad = int(out[(out < 0) | (out >= n_rows)][0])

@@ -112,8 +112,12 @@ class _NodeServer:
             gate = _FAULTS.get("hold")
             if gate is not None:  # a test's busy disk: requests pile up meanwhile
                 gate.wait()
+            time.sleep(_FAULTS.get("delay", 0.0))
             with self.cond:
-                req = self._next()
+                try:
+                    req = self._next()
+                except Exception:  # never lose the node: serve in arrival order instead
+                    req = min(self.pending, key=lambda r: r.arrival)
                 self.pending.remove(req)
             req.start = time.time()
             try:
@@ -170,9 +174,10 @@ _SERVERS: dict[int, _NodeServer] = {}
 _FAULTS: dict[str, Any] = {}
 
 
-def inject(hold: threading.Event | None = None) -> None:
+def inject(hold: threading.Event | None = None, delay: float = 0.0) -> None:
     """Fault hook for tests: while ``hold`` is not set, no node of this process starts
-    serving (a disk busy with something else); ``None`` removes the hook.
+    serving (a disk busy with something else); ``delay`` seconds before each request
+    (a slow disk, settable from another process); no arguments remove the hooks.
 
     Examples
     --------
@@ -180,10 +185,12 @@ def inject(hold: threading.Event | None = None) -> None:
     >>> inject(hold=gate)
     >>> inject()
     """
-    if hold is None:
-        _FAULTS.pop("hold", None)
-    else:
+    _FAULTS.pop("hold", None)
+    _FAULTS.pop("delay", None)
+    if hold is not None:
         _FAULTS["hold"] = hold
+    if delay:
+        _FAULTS["delay"] = float(delay)
 
 
 _LOCK = threading.Lock()
@@ -221,7 +228,6 @@ class _Stripes:
         self.path, self.fmt = Path(path), fmt
         self.base: dict[str, int | None] = {}
         self.fd: int | None = None
-        self.map: Any = None
         if fmt == "hdf5":
             import h5py
 
@@ -232,33 +238,6 @@ class _Stripes:
                         off = ds.id.get_offset() if ds.chunks is None else None
                         self.base[name] = None if off is None else int(off)
             self.fd = os.open(self.path, os.O_RDONLY)
-
-    def dataset(self, name: str, nbytes: int) -> np.ndarray | None:
-        """The dataset's bytes in place (the file mapped read-only: no copy), where it is
-        one extent of one file; None otherwise."""
-        base = self.base.get(name)
-        if self.fd is None or base is None:
-            return None
-        if self.map is None:
-            import mmap
-
-            size = os.fstat(self.fd).st_size
-            self.map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
-        if base + nbytes > len(self.map):
-            raise CheckpointError(f"{self.path}: {name} is truncated")
-        return np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=base)
-
-    def prefetch(self, name: str, extents: list[tuple[int, int]]) -> None:
-        """Tell the kernel these extents of the mapped dataset will be read soon."""
-        import mmap
-
-        base = self.base.get(name)
-        if self.map is None or base is None or not hasattr(mmap, "MADV_WILLNEED"):
-            return
-        page = mmap.PAGESIZE
-        for off, n in extents:
-            start = (base + off) // page * page
-            self.map.madvise(mmap.MADV_WILLNEED, start, base + off + n - start)
 
     def read_into(self, name: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
@@ -277,8 +256,6 @@ class _Stripes:
         out[:] = data
 
     def close(self) -> None:
-        # the mapping goes with its last view (a buffer handed out may still use it)
-        self.map = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -332,19 +309,16 @@ def held() -> int:
 PENDING, CHECKED, DAMAGED, NOT_READ = 0, 1, 2, 3
 
 
-def _prepare(task: AggregatorTask, reader: _Stripes) -> dict[str, tuple[np.ndarray, bool]]:
-    """Where each dataset's stripes will be: the dataset in place (the checkpoint mapped,
-    indexed by offset in the dataset), or a buffer (stripe ``i`` of the ascending list
-    at ``i * stripe_bytes``)."""
-    out = {}
-    for name, stripes in task.stripes.items():
-        _, _, sb, total, _ = task.datasets[name]
-        whole = reader.dataset(name, total)
-        if whole is not None:
-            out[name] = (whole, True)
-        else:
-            out[name] = (np.empty(len(stripes) * sb, dtype=np.uint8), False)
-    return out
+def _prepare(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
+    """Where each dataset's stripes will be: a buffer, stripe ``i`` of the ascending list
+    at ``i * stripe_bytes`` (the flag says whether the buffer is the whole dataset in
+    place; it never is now)."""
+    # a buffer of our own, never the file mapped: a byte changed in the file after its
+    # check would reach the tasks unchecked
+    return {
+        name: (np.empty(len(stripes) * task.datasets[name][2], dtype=np.uint8), False)
+        for name, stripes in task.stripes.items()
+    }
 
 
 def _read(
@@ -359,13 +333,11 @@ def _read(
     at = 0
     try:
         if bufs is None:
-            bufs = _prepare(task, reader)
+            bufs = _prepare(task)
         for name, stripes in task.stripes.items():
             _, _, sb, total, sums = task.datasets[name]
             buf, in_place = bufs[name]
             whole = buf if in_place else None
-            if whole is not None:  # ask for every stripe at once: the disk reads ahead
-                reader.prefetch(name, [(s * sb, min(sb, total - s * sb)) for s in stripes])
             for i, s in enumerate(np.asarray(stripes).tolist()):
                 off = s * sb
                 n = min(sb, total - off)
@@ -406,14 +378,19 @@ _READERS: dict[tuple[str, int, int], tuple[_Stripes, set[tuple[int, str]]]] = {}
 
 
 def _reader(task: AggregatorTask) -> _Stripes:
-    st = os.stat(task.path)
-    key = (task.path, st.st_ino, st.st_ctime_ns)
-    with _LOCK:
-        if key not in _READERS:
-            _READERS[key] = (_Stripes(task.path, task.fmt), set())
-        reader, apps = _READERS[key]
-        apps.add(tuple(task.app))  # type: ignore[arg-type]
-        return reader
+    try:
+        st = os.stat(task.path)
+        key = (task.path, st.st_ino, st.st_ctime_ns)
+        with _LOCK:
+            if key not in _READERS:
+                _READERS[key] = (_Stripes(task.path, task.fmt), set())
+            reader, apps = _READERS[key]
+            apps.add(tuple(task.app))  # type: ignore[arg-type]
+            return reader
+    except OSError as err:  # gone or unreadable since the restart was planned
+        raise CheckpointError(
+            f"{task.path} cannot be opened on I/O node {task.node}: {err.strerror or err}"
+        ) from err
 
 
 def _forget_reader(app: tuple[int, str]) -> None:
@@ -448,7 +425,7 @@ def _offer(task: AggregatorTask) -> dict[str, Any]:
     will be and which flag says each is checked."""
     from .cma import identity
 
-    bufs = _prepare(task, _reader(task))
+    bufs = _prepare(task)
     flags = np.zeros(sum(len(st) for st in task.stripes.values()), dtype=np.uint8)
     _hold(task.app, (bufs, flags))
     first, at = {}, 0

@@ -14,13 +14,14 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError, InputError
+from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, plan_reads
@@ -208,7 +209,12 @@ class ReadResult:
         from distributed import wait
 
         try:
-            wait(self.futures + self._served)
+            while True:
+                try:
+                    wait(self.futures + self._served, timeout=2.0)
+                    break
+                except TimeoutError:
+                    self._check_workers()  # pinned tasks wait for ever for a lost worker
         finally:
             self._release()
         for f in self._served + self.futures:
@@ -221,14 +227,33 @@ class ReadResult:
             )
         return self
 
+    def _check_workers(self) -> None:
+        client = self._client
+        if client is None:
+            return
+        live = set(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+        for kind, addresses in (("I/O", self._io), ("compute", self.workers)):
+            lost = sorted(set(addresses) - live)
+            if lost:
+                raise ClusterError(
+                    f"the {kind} worker {lost[0]} was lost during restart "
+                    f"{self.application[1]!r}; its rows were not delivered"
+                )
+
+    def __post_init__(self) -> None:
+        # a restart nobody waits for still lets its I/O workers drop what they keep
+        weakref.finalize(self, _release_quietly, self._client, self.application, self._io)
+
     def _release(self) -> None:
         """Let the I/O workers drop the stripes they kept for tasks to copy (every task
         has copied its rows once its future is done)."""
         if self._client is None or not self._io:
             return
         client, self._client = self._client, None
-        try:
-            client.run(release, self.application, workers=self._io, on_error="return")
+        try:  # only live workers: one that died would cost a 30 s connect timeout
+            live = set(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+            io = [w for w in self._io if w in live]
+            client.run(release, self.application, workers=io, on_error="return")
         except Exception:  # a worker gone: its segments go with the next sweep
             pass
 
@@ -245,6 +270,15 @@ class ReadResult:
         return [f.result() for f in self.futures]
 
 
+def _release_quietly(client: Any, app: tuple[int, str], io: list[str]) -> None:
+    if client is None or not io:
+        return
+    try:
+        client.run(release, app, workers=io, on_error="return", wait=False)
+    except Exception:  # the client or the cluster is gone: so is what they kept
+        pass
+
+
 def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
     return out["pieces"].get(task, {})
 
@@ -256,7 +290,7 @@ def _served(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def _assemble(
-    lengths: dict[str, int], kinds: dict[str, tuple[str, tuple[int, ...]]], *pieces: Any
+    lengths: dict[str, int], kinds: dict[str, tuple[Any, tuple[int, ...]]], *pieces: Any
 ) -> dict[str, np.ndarray]:
     """One task's rows, in the order it asked for them, from its pieces' byte runs: sent
     through Dask, or copied straight out of the aggregator's memory on this host."""
@@ -398,17 +432,28 @@ def read_stage(
     """
     if policy not in POLICIES:
         raise InputError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    if not isinstance(access, int) or isinstance(access, bool) or access < 0:
-        raise InputError(f"access must be a whole number >= 0, got {access!r}")
+    if isinstance(access, np.integer):
+        access = int(access)
+    if isinstance(window, np.integer):
+        window = int(window)
+    if not isinstance(wait, bool):
+        raise InputError(f"wait must be True or False, got {wait!r}")
+    if not isinstance(access, int) or isinstance(access, bool) or not 0 <= access < 2**31:
+        raise InputError(f"access must be a whole number in 0..2**31-1, got {access!r}")
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise InputError(f"window must be a whole number >= 1, got {window!r}")
-    if not isinstance(threshold, (int, float)) or not threshold >= 0 or threshold == float("inf"):
+    if (
+        not isinstance(threshold, (int, float, np.floating, np.integer))
+        or isinstance(threshold, bool)
+        or not threshold >= 0
+        or threshold == float("inf")
+    ):
         raise InputError(f"threshold must be a number >= 0, got {threshold!r}")
     if shuffle not in ("auto", "dask"):
         raise InputError(f"shuffle must be 'auto' or 'dask', got {shuffle!r}")
     if application is not None and not isinstance(application, str):
         raise InputError(f"application must be a name, got {application!r}")
-    path = checkpoint_path(checkpoint)
+    path = checkpoint_path(checkpoint).absolute()  # the workers do not share our folder
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
     manifest = read_checked_manifest(path)
@@ -441,7 +486,9 @@ def read_stage(
     if workers is None:
         targets = [cluster.compute_worker(t) for t in range(n_tasks)]
     else:
-        if isinstance(workers, str) or len(workers) != n_tasks:
+        if isinstance(workers, str) or not isinstance(workers, Sequence):
+            raise InputError(f"workers must be a list of worker addresses, got {workers!r}")
+        if len(workers) != n_tasks:
             raise InputError(f"workers must name one worker per task ({n_tasks}), got {workers!r}")
         targets = [str(w) for w in workers]
         client = cluster.client  # a fresh query: scheduler_info() may be a stale cache
@@ -452,7 +499,7 @@ def read_stage(
     links = measure_links(cluster) if policy == "hio" else Links(1.0, 1.0, 0.0)
     started = time.perf_counter()
     app = (time.time_ns(), application or f"restart-{os.getpid()}-{next(_APPS)}")
-    kinds = {name: (m.dtype.str, tuple(m.shape[1:])) for name, m in plan.meta.items() if m.shape}
+    kinds = {name: (m.dtype, tuple(m.shape[1:])) for name, m in plan.meta.items() if m.shape}
     hosts = {w: _host(w) for w in set(targets) | set(cluster.ionodes)}
     live = [a for a in plan.aggregators if a.stripes]
     shuffles = []

@@ -113,7 +113,10 @@ class InputStage:
             raise InputError(f"tasks must be a whole number >= 1, got {tasks!r}")
         requests = []
         for t in range(tasks):
-            req = self.rows(t)
+            try:
+                req = self.rows(t)
+            except Exception as err:
+                raise InputError(f"rows({t}) raised {type(err).__name__}: {err}") from err
             if not isinstance(req, Mapping):
                 raise InputError(
                     f"rows({t}) must return a mapping {{dataset: rows}}, got {type(req).__name__}"
@@ -134,15 +137,10 @@ class InputStage:
         )
         res.wait()  # every stripe checked before any task runs: a damaged one raises here
         client = cluster.client
+        # the function's own keywords, never Dask's (key=, workers=, retries= ...)
+        func = functools.partial(self.func, **kwargs)
         futures = [
-            client.submit(
-                self.func,
-                rows,
-                t,
-                workers=[res.workers[t]],
-                pure=False,
-                **kwargs,
-            )
+            client.submit(func, rows, t, workers=[res.workers[t]], pure=False)
             for t, rows in enumerate(res.futures)
         ]
         if not wait:
