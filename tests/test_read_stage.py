@@ -599,3 +599,22 @@ def test_what_the_probe_found(cluster, tmp_path) -> None:
     finally:
         cluster.client.run(readserver.inject, workers=cluster.ionodes)
     assert h5py is not None
+
+
+def test_a_checkpoint_changed_under_a_restart_fails_it(cluster, tmp_path) -> None:
+    """Tasks copy checked stripes straight out of the mapped file; a byte changed in the
+    file meanwhile is caught by checking those stripes again before the restart ends."""
+    import h5py
+    from distributed import wait
+
+    target = _write(cluster, tmp_path, "hdf5")
+    res = read_stage(target, [{"u": range(0, N)}], cluster=cluster, wait=False)
+    wait(res.futures + res._served)  # every task has its rows; the restart is not over
+    with h5py.File(target, "r") as f:
+        base = f["u"].id.get_offset()
+    with open(target, "r+b") as fh:  # in place, as no stage ever writes
+        fh.seek(base + 100)
+        fh.write(b"\xff" * 8)
+    with pytest.raises(CheckpointError, match="changed during the restart"):
+        res.wait()
+    assert _nothing_held(cluster)

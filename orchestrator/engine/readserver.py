@@ -28,6 +28,7 @@ __all__ = [
     "aggregate",
     "held",
     "inject",
+    "recheck",
     "release",
     "served",
     "served_when_done",
@@ -228,6 +229,7 @@ class _Stripes:
         self.path, self.fmt = Path(path), fmt
         self.base: dict[str, int | None] = {}
         self.fd: int | None = None
+        self.map: Any = None
         if fmt == "hdf5":
             import h5py
 
@@ -238,6 +240,22 @@ class _Stripes:
                         off = ds.id.get_offset() if ds.chunks is None else None
                         self.base[name] = None if off is None else int(off)
             self.fd = os.open(self.path, os.O_RDONLY)
+
+    def dataset(self, name: str, nbytes: int) -> np.ndarray | None:
+        """The dataset's bytes in place (the file mapped read-only: no copy), where it is
+        one extent of one file; None otherwise."""
+        base = self.base.get(name)
+        if self.fd is None or base is None:
+            return None
+        with _LOCK:
+            if self.map is None:
+                import mmap
+
+                size = os.fstat(self.fd).st_size
+                self.map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
+        if base + nbytes > len(self.map):
+            raise CheckpointError(f"{self.path}: {name} is truncated")
+        return np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=base)
 
     def read_into(self, name: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
@@ -256,6 +274,7 @@ class _Stripes:
         out[:] = data
 
     def close(self) -> None:
+        self.map = None  # the mapping goes with the last view handed out
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -285,6 +304,7 @@ def release(app: tuple[int, str]) -> int:
     now = time.time()
     with _LOCK:
         _, held = _HELD.pop(tuple(app), (0.0, []))  # type: ignore[arg-type]
+        _RECHECK.pop(tuple(app), None)  # type: ignore[arg-type]
         stale = [k for k, (t, _) in _HELD.items() if now - t > HOLD_SECONDS]
         for key in stale:
             del _HELD[key]
@@ -310,15 +330,53 @@ PENDING, CHECKED, DAMAGED, NOT_READ = 0, 1, 2, 3
 
 
 def _prepare(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
-    """Where each dataset's stripes will be: a buffer, stripe ``i`` of the ascending list
-    at ``i * stripe_bytes`` (the flag says whether the buffer is the whole dataset in
-    place; it never is now)."""
-    # a buffer of our own, never the file mapped: a byte changed in the file after its
-    # check would reach the tasks unchecked
-    return {
-        name: (np.empty(len(stripes) * task.datasets[name][2], dtype=np.uint8), False)
-        for name, stripes in task.stripes.items()
-    }
+    """Where each dataset's stripes will be: the dataset in place (the checkpoint mapped,
+    indexed by offset in the dataset: no copy, but a byte changed in the file after its
+    check would reach the tasks — :func:`recheck` checks these stripes again once the
+    tasks have copied), or a buffer (stripe ``i`` of the ascending list at
+    ``i * stripe_bytes``)."""
+    reader = _reader(task)
+    out = {}
+    for name, stripes in task.stripes.items():
+        _, _, sb, total, _ = task.datasets[name]
+        whole = reader.dataset(name, total)
+        if whole is not None:
+            out[name] = (whole, True)
+            with _LOCK:
+                _RECHECK.setdefault(tuple(task.app), []).append((task, name, whole))  # type: ignore[arg-type]
+        else:
+            out[name] = (np.empty(len(stripes) * sb, dtype=np.uint8), False)
+    return out
+
+
+#: per application, the stripes tasks copied straight out of the checkpoint's mapping
+_RECHECK: dict[tuple[int, str], list[tuple[AggregatorTask, str, np.ndarray]]] = {}
+
+
+def recheck(app: tuple[int, str]) -> list[str]:
+    """Check again the stripes an application's tasks copied out of the mapped checkpoint
+    (after they all have): a mismatch means the file changed under the restart, and the
+    rows may be wrong. Returns the mismatches.
+
+    Examples
+    --------
+    >>> recheck((0, "nothing"))
+    []
+    """
+    with _LOCK:
+        todo = _RECHECK.pop(tuple(app), [])  # type: ignore[arg-type]
+    bad = []
+    for task, name, whole in todo:
+        _, _, sb, total, sums = task.datasets[name]
+        for s in np.asarray(task.stripes[name]).tolist():
+            off = s * sb
+            got = stripe_checksum(memoryview(whole)[off : off + min(sb, total - off)])  # type: ignore[arg-type]
+            if got != sums.get(str(off)):
+                bad.append(
+                    f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) changed "
+                    f"while the restart read it: checksum {got}, manifest says {sums.get(str(off))}"
+                )
+    return bad
 
 
 def _read(

@@ -25,7 +25,7 @@ from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, plan_reads
-from .readserver import AggregatorTask, aggregate, release, served_when_done
+from .readserver import AggregatorTask, aggregate, recheck, release, served_when_done
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -215,6 +215,8 @@ class ReadResult:
                     break
                 except TimeoutError:
                     self._check_workers()  # pinned tasks wait for ever for a lost worker
+            if all(f.status == "finished" for f in self.futures + self._served):
+                self._recheck()
         finally:
             self._release()
         for f in self._served + self.futures:
@@ -226,6 +228,17 @@ class ReadResult:
                 (f.result() for f in self._served), key=lambda s: (s["node"], s["position"])
             )
         return self
+
+    def _recheck(self) -> None:
+        """The stripes tasks copied straight out of the mapped checkpoint, checked again now
+        that they have: the file must not have changed under them."""
+        client = self._client
+        if client is None or not self._io:
+            return
+        bad = client.run(recheck, self.application, workers=self._io)
+        found = [m for msgs in bad.values() for m in msgs]
+        if found:
+            raise CheckpointError(f"{len(found)} stripe(s) changed during the restart: {found[0]}")
 
     def _check_workers(self) -> None:
         client = self._client
