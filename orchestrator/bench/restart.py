@@ -100,7 +100,7 @@ def run(
     Examples
     --------
     >>> res = run("out/bench-restart", gib=0.1, repeat=1)  # doctest: +SKIP
-    >>> res["ratio"]["read_stage"] > 0
+    >>> res["ratio"]["read_stage"] > 0  # doctest: +SKIP
     True
     """
     if not gib > 0 or not isinstance(tasks, int) or tasks < 1 or repeat < 1:

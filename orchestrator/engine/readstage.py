@@ -79,7 +79,7 @@ def measure_links(cluster: IOCluster, nbytes: int = 16 << 20, refresh: bool = Fa
     Examples
     --------
     >>> links = measure_links(cl)  # doctest: +SKIP
-    >>> links.b_intra > 1e8
+    >>> links.b_intra > 1e8  # doctest: +SKIP
     True
     """
     key = cluster.address
