@@ -14,7 +14,6 @@ import itertools
 import os
 import threading
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,10 +252,6 @@ class ReadResult:
                     f"{self.application[1]!r}; its rows were not delivered"
                 )
 
-    def __post_init__(self) -> None:
-        # a restart nobody waits for still lets its I/O workers drop what they keep
-        weakref.finalize(self, _release_quietly, self._client, self.application, self._io)
-
     def _release(self) -> None:
         """Let the I/O workers drop the stripes they kept for tasks to copy (every task
         has copied its rows once its future is done)."""
@@ -281,15 +276,6 @@ class ReadResult:
             return self.data
         self.wait()
         return [f.result() for f in self.futures]
-
-
-def _release_quietly(client: Any, app: tuple[int, str], io: list[str]) -> None:
-    if client is None or not io:
-        return
-    try:
-        client.run(release, app, workers=io, on_error="return", wait=False)
-    except Exception:  # the client or the cluster is gone: so is what they kept
-        pass
 
 
 def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
