@@ -688,18 +688,33 @@ def _traffic_table(rows: list[dict], where: str) -> None:
 
 def bench_hio(
     seeds: Annotated[int, typer.Option(min=1, help="Random arrival orders per point.")] = 5,
+    testbed: Annotated[
+        bool,
+        typer.Option(
+            "--testbed",
+            help="The concurrent-applications sweep for real on an emulated cluster "
+            "(needs root), beside the simulator's prediction.",
+        ),
+    ] = False,
+    apps: Annotated[
+        str, typer.Option(help="With --testbed: concurrent applications, a comma list.")
+    ] = "2,4,6,8",
     out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
         "out/bench-hio"
     ),
 ) -> None:
     """Concurrent restarts in the simulator: NIO, SIO and HIO on the HIO paper's four
-    sweeps (applications, request size, storage nodes, aggregators), beside its numbers.
+    sweeps (applications, request size, storage nodes, aggregators), beside its numbers;
+    with ``--testbed``, restarts for real on an emulated cluster.
 
-    Example: ``iorch bench hio --seeds 2``
+    Example: ``iorch bench hio --seeds 2``, ``iorch bench hio --testbed --seeds 3``
     """
+    out.mkdir(parents=True, exist_ok=True)
+    if testbed:
+        _bench_hio_testbed([_count(x, "--apps", 1, 64) for x in apps.split(",")], seeds, out)
+        return
     from ..bench import hio  # matplotlib loads when the command runs
 
-    out.mkdir(parents=True, exist_ok=True)
     with progress() as prog:
         task = prog.add_task("hio", total=None)
         rows = hio.run(seeds=seeds, note=lambda m: prog.update(task, description=m))
@@ -739,6 +754,50 @@ def bench_hio(
     plot = hio.plot(rows, out)
     pic = hio.service_picture(hio.example(), out)
     console.print(f"results in {out / 'results.json'}; plots {plot.name}, {pic.name}")
+
+
+def _bench_hio_testbed(apps: list[int], seeds: int, out: Path) -> None:
+    from ..bench import hio_testbed  # the testbed loads when the command runs
+
+    with progress() as prog:
+        task = prog.add_task("hio on the testbed", total=None)
+        res = hio_testbed.run(
+            apps=apps, seeds=seeds, out=out, note=lambda m: prog.update(task, description=m)
+        )
+    cal = res["calibration"]
+    console.print(
+        f"calibrated ({res['profile']}, one application alone): disk {cal['disk'] / 1e6:.2f} MB/s, "
+        f"{1e3 * cal['per_request']:.1f} ms per request, tail {1e3 * cal['tail']:.0f} ms, "
+        f"links {cal['b_inter'] / 1e6:.0f} MB/s, latency {1e3 * cal['gamma']:.1f} ms"
+    )
+    t = Table(
+        title=f"concurrent restarts on the testbed: average execution time ({seeds} arrivals)"
+    )
+    for c in ("apps", "NIO", "SIO", "HIO", "realized ÷ simulated", "HIO vs NIO", "HIO ≤ SIO ≤ NIO"):
+        t.add_column(c, justify="right")
+    for r in res["summary"]:
+        t.add_row(
+            str(r["apps"]),
+            *(
+                f"{r[p + '_realized_mean']:.2f} s ({r[p + '_simulated_mean']:.2f})"
+                for p in ("nio", "sio", "hio")
+            ),
+            ", ".join(f"{r[p + '_ratio']:.2f}" for p in ("nio", "sio", "hio")),
+            f"{100 * r['hio_vs_nio']:+.1f} %",
+            "yes" if r["ordered"] else "NO",
+        )
+    console.print(t)
+    ratios = [row["ratio"] for row in res["rows"]]
+    console.print(
+        f"realized ÷ simulated over {len(ratios)} runs: {min(ratios):.2f} .. {max(ratios):.2f} "
+        "(medians per point in the table; simulated in brackets)"
+    )
+    with atomic_path(out / "results-testbed.json") as tmp:
+        tmp.write_text(json.dumps(res, indent=1))
+    from ..bench import hio_testbed as ht
+
+    pic = ht.plot(res, out)
+    console.print(f"results in {out / 'results-testbed.json'}; plot {pic.name}")
 
 
 def bench_restart(

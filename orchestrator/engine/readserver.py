@@ -28,6 +28,8 @@ __all__ = [
     "aggregate",
     "held",
     "inject",
+    "open_gate",
+    "queued",
     "recheck",
     "release",
     "served",
@@ -123,6 +125,9 @@ class _NodeServer:
             req.start = time.time()
             try:
                 req.result = _read(req.task, req.bufs, req.flags)
+                rate = _FAULTS.get("rate")
+                if rate:  # an emulated disk: the request takes what its bytes take there
+                    time.sleep(max(0.0, req.start + _stripe_bytes(req.task) / rate - time.time()))
             except BaseException as err:  # handed to the aggregator, raised there
                 req.error = err
                 if req.flags is not None:  # what was not checked will not be
@@ -175,23 +180,62 @@ _SERVERS: dict[int, _NodeServer] = {}
 _FAULTS: dict[str, Any] = {}
 
 
-def inject(hold: threading.Event | None = None, delay: float = 0.0) -> None:
-    """Fault hook for tests: while ``hold`` is not set, no node of this process starts
-    serving (a disk busy with something else); ``delay`` seconds before each request
-    (a slow disk, settable from another process); no arguments remove the hooks.
+def inject(
+    hold: threading.Event | bool | None = None,
+    delay: float = 0.0,
+    rate: float = 0.0,
+    jitter: float = 0.0,
+) -> None:
+    """Fault and emulation hooks, for tests and the testbed's benchmark.
+
+    ``hold``: while this event is not set, no node of this process starts serving (a
+    disk busy with something else); ``True`` closes a gate of this process's own,
+    which :func:`open_gate` opens (settable from another process through
+    ``Client.run``). ``delay``: seconds before each request (a slow disk). ``rate``:
+    bytes per second of an emulated disk (each request lasts at least its bytes ÷
+    rate). ``jitter``: each aggregator waits a random time in ``[0, jitter)`` seconds
+    before queueing, so requests reach each node in an independent order (the HIO
+    paper's assumption; a request answered at once, all its tasks on this host,
+    is not delayed). No arguments remove every hook and open any gate, so
+    nothing waits on a gate nobody can open.
 
     Examples
     --------
     >>> gate = threading.Event()
     >>> inject(hold=gate)
+    >>> inject(rate=100e6, jitter=0.01)
     >>> inject()
     """
-    _FAULTS.pop("hold", None)
-    _FAULTS.pop("delay", None)
-    if hold is not None:
+    gate = _FAULTS.pop("hold", None)
+    if gate is not None:
+        gate.set()
+    for key in ("delay", "rate", "jitter"):
+        _FAULTS.pop(key, None)
+    if hold is True:
+        hold = threading.Event()
+    if isinstance(hold, threading.Event):
         _FAULTS["hold"] = hold
-    if delay:
-        _FAULTS["delay"] = float(delay)
+    for key, value in (("delay", delay), ("rate", rate), ("jitter", jitter)):
+        if value:
+            _FAULTS[key] = float(value)
+
+
+def open_gate() -> float:
+    """Open the gate :func:`inject` closed (every node of this process starts serving)
+    and return when, by this host's clock.
+
+    Examples
+    --------
+    >>> inject(hold=True)
+    >>> open_gate() > 0
+    True
+    >>> inject()
+    """
+    gate = _FAULTS.get("hold")
+    now = time.time()
+    if gate is not None:
+        gate.set()
+    return now
 
 
 _LOCK = threading.Lock()
@@ -219,6 +263,24 @@ def served(node: int) -> list[tuple[tuple[int, str], int, float, float]]:
         return []
     with s.cond:
         return list(s.log)
+
+
+def queued() -> int:
+    """How many requests this process's nodes hold and have not started serving (the
+    testbed's benchmark opens the gate once every request has arrived).
+
+    Examples
+    --------
+    >>> queued() >= 0
+    True
+    """
+    with _LOCK:
+        servers = list(_SERVERS.values())
+    total = 0
+    for s in servers:
+        with s.cond:
+            total += len(s.pending)
+    return total
 
 
 class _Stripes:
@@ -561,13 +623,16 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
     """
     if task.pipelined:
         return _offer(task)
-    req = _server(task.node).submit(task)
     try:
         from distributed import secede
 
         secede()  # the worker's thread runs the next aggregator meanwhile
     except (ImportError, ValueError):  # not in a worker (tests call it directly)
         pass
+    jitter = _FAULTS.get("jitter")
+    if jitter:  # the testbed's independent arrivals (seceded: the others go on)
+        time.sleep(float(np.random.default_rng().uniform(0.0, jitter)))
+    req = _server(task.node).submit(task)
     req.done.wait()
     if req.error is not None:
         raise req.error

@@ -71,9 +71,10 @@ def _move_seconds(client: Any, src: str, dst: str, nbytes: int) -> float:
 
 
 def measure_links(cluster: IOCluster, nbytes: int = 16 << 20, refresh: bool = False) -> Links:
-    """Measure (once per cluster, then cached) what a shuffle message costs: ping-pongs
-    between real workers — a 1-byte one for the latency, ``nbytes`` for the bandwidth,
-    within one host and between hosts where the cluster has two.
+    """Measure (once per cluster, then cached) what a shuffle message costs: messages
+    from an I/O worker to another worker (a compute one where there is one) — a 1-byte
+    one for the latency, ``nbytes`` for the bandwidth — within one host and between
+    hosts where the cluster has two.
 
     Examples
     --------
@@ -89,13 +90,19 @@ def measure_links(cluster: IOCluster, nbytes: int = 16 << 20, refresh: bool = Fa
     if len(workers) < 2:  # one worker: every message stays in its process
         links = Links(float("inf"), float("inf"), 0.0)
     else:
-        by_host: dict[str, list[str]] = {}
-        for w in workers:
-            by_host.setdefault(_host(w), []).append(w)
-        same = next((ws for ws in by_host.values() if len(ws) > 1), None)
-        hosts = list(by_host.values())
-        pair_intra = (same[0], same[1]) if same else None
-        pair_inter = (hosts[0][0], hosts[1][0]) if len(hosts) > 1 else None
+        # the shuffle's direction: from an I/O worker to a task's worker (a testbed caps
+        # an I/O host's ingress at its disk rate; what leaves it is the link's)
+        sources = cluster.ionodes or workers
+        sinks = list(dict.fromkeys(cluster.compute + cluster.ionodes))
+
+        def pick(same_host: bool) -> tuple[str, str] | None:
+            for src in sources:
+                for dst in sinks:
+                    if dst != src and (_host(dst) == _host(src)) == same_host:
+                        return src, dst
+            return None
+
+        pair_intra, pair_inter = pick(True), pick(False)
         client = cluster.client
 
         def rate(pair: tuple[str, str]) -> tuple[float, float]:
@@ -373,6 +380,7 @@ def read_stage(
     threshold: float = 0.2,
     shuffle: str = "auto",
     aggregators: int | None = None,
+    cost: Any = "modern",
     wait: bool = True,
 ) -> ReadResult:
     """Read rows of a committed checkpoint into tasks through the I/O workers.
@@ -408,6 +416,10 @@ def read_stage(
         domains holding them, so the first tasks start while the last domains are
         read (default 1: one request per I/O node; measured on 2 cores, 16 domains
         for 16 tasks took 3× longer: each request is a Dask task).
+    cost : CostModel or str, optional
+        Whose disk rate HIO's read estimates use (a preset name or a
+        :class:`~orchestrator.cost.CostModel`; default ``"modern"``). The shuffle side
+        is measured (:func:`measure_links`); a testbed passes its profile's model.
     wait : bool
         Return when every task has its rows (default) or at once (``result.wait()``).
 
@@ -452,6 +464,7 @@ def read_stage(
         raise InputError(f"shuffle must be 'auto' or 'dask', got {shuffle!r}")
     if application is not None and not isinstance(application, str):
         raise InputError(f"application must be a name, got {application!r}")
+    disk = _disk_rate(cost)
     path = checkpoint_path(checkpoint).absolute()  # the workers do not share our folder
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
@@ -473,6 +486,7 @@ def read_stage(
                 threshold=threshold,
                 shuffle=shuffle,
                 aggregators=aggregators,
+                cost=cost,
             )
             res.data = res.gather()
             res.futures = []
@@ -514,7 +528,6 @@ def read_stage(
             else 0.0
         )
     app_shuffle = max(shuffles, default=0.0)
-    disk = _disk_rate()
     cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
     outs, served, whole = {}, [], {}
@@ -587,9 +600,11 @@ def read_stage(
     return res.wait() if wait else res
 
 
-def _disk_rate() -> float:
-    """The read rate HIO's estimates use: a modern disk (the shuffle is measured; reads
-    are estimated, the threshold compares the two)."""
+def _disk_rate(cost: Any) -> float:
+    """The read rate HIO's estimates use: the cost model's disk (the shuffle is measured;
+    reads are estimated, the threshold compares the two)."""
     from ..cost import get_cost_model
 
-    return float(get_cost_model("modern").disk_bandwidth)
+    if cost is None:  # get_cost_model's default is the 2004 cluster: say it instead
+        raise InputError("cost must be a CostModel or a preset name, got None")
+    return float(get_cost_model(cost).disk_bandwidth)  # CostModelError: an InputError

@@ -1,0 +1,153 @@
+"""Concurrent restarts for real: the I/O nodes' emulation hooks (a held gate, an
+emulated disk rate, independent arrivals), and one point of ``iorch bench hio
+--testbed`` on a real emulated cluster, checked against the simulator's order."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator import testbed
+from orchestrator.bench import hio_testbed as ht
+from orchestrator.contributions import Contribution, DatasetSpec
+from orchestrator.engine import readserver
+from orchestrator.engine.cluster import local_cluster
+from orchestrator.engine.readstage import read_stage
+from orchestrator.engine.stage import write_stage
+from orchestrator.errors import InputError
+
+N = 3000
+TRUTH_U = np.random.default_rng(0).random((N, 3))
+
+
+def _write(cluster, folder: Path) -> Path:
+    target = folder / "ck.h5"
+    parts = [Contribution(c, np.arange(c, N, 4), TRUTH_U[c::4]) for c in range(4)]
+    write_stage(
+        target,
+        {"u": (DatasetSpec("u", (N, 3), "float64"), parts)},
+        cluster=cluster,
+        stripe_bytes=4096,
+    )
+    return target
+
+
+def _requests() -> list[dict]:
+    blocks = np.linspace(0, N, 4).astype(int)
+    return [{"u": range(max(0, lo - 40), min(N, hi + 40))} for lo, hi in itertools.pairwise(blocks)]
+
+
+def _node_task(app: int, policy: str) -> readserver.AggregatorTask:
+    return readserver.AggregatorTask(
+        path="/nonexistent",
+        fmt="zarr",  # nothing is opened: no stripes
+        node=11,
+        domain=0,
+        app=(app, f"app{app}"),
+        access=0,
+        policy=policy,
+        window=10,
+        threshold=0.2,
+        read_seconds=1.0,
+        shuffle_seconds=0.0,
+        app_shuffle=0.0,
+        datasets={},
+        stripes={},
+        pieces={},
+    )
+
+
+def test_a_closed_gate_holds_every_request_until_opened_and_inject_never_strands_one() -> None:
+    readserver.inject(hold=True)
+    try:
+        server = readserver._server(11)
+        reqs = [server.submit(_node_task(a, "sio")) for a in (2, 0, 1)]
+        time.sleep(0.2)
+        assert readserver.queued() >= 3  # nothing started: the disk is held
+        assert not any(r.done.is_set() for r in reqs)
+        opened = readserver.open_gate()
+        for r in reqs:
+            assert r.done.wait(120)
+        assert all(r.start >= opened for r in reqs)
+        assert sorted(reqs, key=lambda r: r.position) == [reqs[1], reqs[2], reqs[0]]  # sio
+        # closed again, then every hook removed: what waited is served, not stranded
+        readserver.inject(hold=True)
+        late = server.submit(_node_task(5, "sio"))
+        time.sleep(0.1)
+        assert not late.done.is_set()
+    finally:
+        readserver.inject()
+    assert late.done.wait(60)
+    assert readserver.queued() == 0
+
+
+def test_an_emulated_disk_makes_each_request_last_its_bytes_at_the_rate(tmp_path: Path) -> None:
+    rate = 2e6
+    with local_cluster(n_ionodes=2, n_compute=1) as cl:
+        target = _write(cl, tmp_path)
+        cl.client.run(readserver.inject, rate=rate, jitter=0.05, workers=cl.ionodes)
+        try:
+            res = read_stage(target, _requests(), cluster=cl, policy="sio", aggregators=2)
+        finally:
+            cl.client.run(readserver.inject, workers=cl.ionodes)
+        assert res.served and all(s["bytes"] > 0 for s in res.served)
+        for s in res.served:  # one at a time per node, each at least its bytes ÷ rate
+            assert s["end"] - s["start"] >= s["bytes"] / rate
+        for node in {s["node"] for s in res.served}:
+            mine = sorted((s for s in res.served if s["node"] == node), key=lambda s: s["start"])
+            assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(mine))
+        # the rows are still right: the emulation only slows the disk
+        for want, got in zip(_requests(), res.gather(), strict=True):
+            assert np.array_equal(got["u"], TRUTH_U[np.asarray(want["u"])])
+
+
+def test_the_testbed_benchmark_refuses_bad_sweeps() -> None:
+    with pytest.raises(InputError, match="apps"):
+        ht.run(apps=(0,))
+    with pytest.raises(InputError, match="seeds"):
+        ht.run(apps=(2,), seeds=0)
+
+
+def test_concurrent_restarts_on_a_testbed_follow_the_simulators_order(tmp_path: Path) -> None:
+    why = testbed.available()
+    if why is not None:
+        if os.environ.get("IORCH_REQUIRE_TESTBED") == "1":
+            pytest.fail(f"IORCH_REQUIRE_TESTBED=1 but {why}")
+        pytest.skip(why)
+    prof = testbed.get_profile("cluster2004")
+    disk = 8e6  # faster than the profile's disk: a short test
+    with testbed.up(prof, 2, 2) as tb, tb.connect() as cl:
+        path = tmp_path / "ck.h5"
+        n = ht._checkpoint(cl, path, 1.0, 2)
+        from orchestrator.engine.readstage import measure_links
+
+        links = measure_links(cl)
+        assert links.b_inter < 2 * prof.compute.rate  # measured across a shaped link
+        cal = ht.Calibration(disk, 0.0, 0.0, links.b_intra, links.b_inter, links.gamma)
+        for policy in ("nio", "sio"):
+            raw = ht.run_point(cl, path, n, 3, policy, disk, seed=1, cost=prof.cost_model())
+            row = ht.predict(raw, cal)
+            assert row["same_order"], policy  # each node served in the simulator's order
+            reqs = raw["requests"]
+            assert len(reqs) == 3 * 2 * 2  # 3 applications, 2 domains, 2 nodes
+            assert min(q["start"] for q in reqs) >= 0  # nothing served before all arrived
+            assert all(q["end"] - q["start"] >= q["bytes"] / disk for q in reqs)
+            for i, t in enumerate(raw["realized"]):  # an application ends after its reads
+                assert t >= max(q["end"] for q in reqs if q["app"] == i)
+            if policy == "sio":  # one application after another, the same on both nodes
+                firsts = [
+                    [
+                        reqs[k]["app"]
+                        for k in sorted(
+                            (k for k, q in enumerate(reqs) if q["node"] == node),
+                            key=lambda k: reqs[k]["position"],
+                        )
+                    ]
+                    for node in (0, 1)
+                ]
+                assert firsts[0] == sorted(firsts[0]) and firsts[0] == firsts[1]
