@@ -319,6 +319,16 @@ class _Stripes:
             raise CheckpointError(f"{self.path}: {name} is truncated")
         return np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=base)
 
+    def will_need(self, name: str, runs: list[tuple[int, int]]) -> None:
+        """Ask the kernel to start reading these (offset, length) runs of a dataset now,
+        all at once, where it is one extent of one file: a cold request then reads in
+        large requests while its first stripes are being checked."""
+        base = self.base.get(name)
+        if self.fd is None or base is None or not hasattr(os, "posix_fadvise"):
+            return
+        for off, n in runs:
+            os.posix_fadvise(self.fd, base + off, n, os.POSIX_FADV_WILLNEED)
+
     def read_into(self, name: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
         can read straight into it)."""
@@ -458,7 +468,9 @@ def _read(
             _, _, sb, total, sums = task.datasets[name]
             buf, in_place = bufs[name]
             whole = buf if in_place else None
-            for i, s in enumerate(np.asarray(stripes).tolist()):
+            ids = np.asarray(stripes).tolist()
+            reader.will_need(name, _runs(ids, sb, total))
+            for i, s in enumerate(ids):
                 off = s * sb
                 n = min(sb, total - off)
                 view = memoryview(buf)[off : off + n] if whole is not None else None  # type: ignore[arg-type]
@@ -489,6 +501,18 @@ def _read(
     except BaseException:
         _forget_reader(task.app)  # the file may be what is wrong: open it anew next time
         raise
+    return out
+
+
+def _runs(stripes: list[int], sb: int, total: int) -> list[tuple[int, int]]:
+    """Ascending stripe ids as (offset, length) byte runs, neighbours merged."""
+    out: list[tuple[int, int]] = []
+    for s in stripes:
+        off, n = s * sb, min(sb, total - s * sb)
+        if out and out[-1][0] + out[-1][1] == off:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
+            out.append((off, n))
     return out
 
 

@@ -521,7 +521,11 @@ def read_stage(
         sends = a.sends(plan.meta)
         shuffles.append(
             max(
-                (links.seconds(b, hosts[targets[t]] == hosts[io]) for t, b in sends.items()),
+                (
+                    links.seconds(b, hosts[targets[t]] == hosts[io])
+                    for t, b in sends.items()
+                    if targets[t] != io  # a task on the aggregator's worker: nothing moves
+                ),
                 default=0.0,
             )
             if policy == "hio"
