@@ -455,12 +455,16 @@ def plot(res: dict[str, Any], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     xs = [s["apps"] for s in res["summary"]]
+    styles = {"nio": ("o-", 1.5), "sio": ("s-", 4.0), "hio": ("^-", 1.2)}  # SIO under HIO
     for p, color in zip(POLICIES, ("tab:red", "tab:blue", "tab:green"), strict=True):
+        marker, width = styles[p]
         ax.plot(
             xs,
             [s[f"{p}_realized_mean"] for s in res["summary"]],
-            "o-",
+            marker,
+            lw=width,
             color=color,
+            alpha=0.6 if p == "sio" else 1.0,
             label=f"{p} realized",
         )
         ax.plot(
