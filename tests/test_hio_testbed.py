@@ -151,3 +151,38 @@ def test_concurrent_restarts_on_a_testbed_follow_the_simulators_order(tmp_path: 
                     for node in (0, 1)
                 ]
                 assert firsts[0] == sorted(firsts[0]) and firsts[0] == firsts[1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"rate": -1.0}, "rate"),
+        ({"rate": float("nan")}, "rate"),
+        ({"jitter": float("inf")}, "jitter"),
+        ({"delay": "1"}, "delay"),
+        ({"rate": True}, "rate"),
+        ({"hold": "yes"}, "hold"),
+    ],
+)
+def test_the_hooks_refuse_bad_values_and_keep_what_was_set(kwargs, field) -> None:
+    readserver.inject(rate=5e6)
+    try:
+        with pytest.raises(InputError, match=field):
+            readserver.inject(**kwargs)
+        assert readserver._FAULTS.get("rate") == 5e6  # a refused call changed nothing
+    finally:
+        readserver.inject()
+    assert not readserver._FAULTS
+
+
+def test_read_stage_refuses_a_cost_model_it_cannot_use(tmp_path: Path) -> None:
+    with local_cluster(n_ionodes=1, n_compute=1) as cl:
+        target = _write(cl, tmp_path)
+        with pytest.raises(InputError, match="cost must be"):
+            read_stage(target, _requests(), cluster=cl, cost=None)
+        with pytest.raises(InputError, match="'laptop'"):
+            read_stage(target, _requests(), cluster=cl, cost="laptop")
+        # a model of another disk is taken: only HIO's estimates change, not the rows
+        res = read_stage(target, _requests(), cluster=cl, cost="cluster2004")
+        for want, got in zip(_requests(), res.gather(), strict=True):
+            assert np.array_equal(got["u"], TRUTH_U[np.asarray(want["u"])])

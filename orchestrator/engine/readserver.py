@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, InputError
 from .checksums import stripe_checksum
 
 __all__ = [
@@ -206,6 +206,15 @@ def inject(
     >>> inject(rate=100e6, jitter=0.01)
     >>> inject()
     """
+    for key, value in (("delay", delay), ("rate", rate), ("jitter", jitter)):
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not 0 <= value < float("inf")
+        ):
+            raise InputError(f"{key} must be a number >= 0, got {value!r}")
+    if not (hold is None or hold is True or isinstance(hold, threading.Event)):
+        raise InputError(f"hold must be True or a threading.Event, got {hold!r}")
     gate = _FAULTS.pop("hold", None)
     if gate is not None:
         gate.set()
