@@ -14,6 +14,7 @@ import itertools
 import os
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,11 @@ class _NodeServer:
             with self.cond:
                 while not self.pending:
                     self.cond.wait()
-            gate = _FAULTS.get("hold")
-            if gate is not None:  # a test's busy disk: requests pile up meanwhile
-                gate.wait()
+            while True:  # a test's busy disk: requests pile up meanwhile
+                gate = _FAULTS.get("hold")
+                if gate is None or gate.is_set():
+                    break
+                gate.wait(0.5)  # a gate closed anew while waiting is waited for too
             time.sleep(_FAULTS.get("delay", 0.0))
             with self.cond:
                 try:
@@ -124,10 +127,7 @@ class _NodeServer:
                 self.pending.remove(req)
             req.start = time.time()
             try:
-                req.result = _read(req.task, req.bufs, req.flags)
-                rate = _FAULTS.get("rate")
-                if rate:  # an emulated disk: the request takes what its bytes take there
-                    time.sleep(max(0.0, req.start + _stripe_bytes(req.task) / rate - time.time()))
+                req.result = _read(req.task, req.bufs, req.flags, _FAULTS.get("rate"))
             except BaseException as err:  # handed to the aggregator, raised there
                 req.error = err
                 if req.flags is not None:  # what was not checked will not be
@@ -185,6 +185,7 @@ def inject(
     delay: float = 0.0,
     rate: float = 0.0,
     jitter: float = 0.0,
+    seed: int | None = None,
 ) -> None:
     """Fault and emulation hooks, for tests and the testbed's benchmark.
 
@@ -192,11 +193,14 @@ def inject(
     disk busy with something else); ``True`` closes a gate of this process's own,
     which :func:`open_gate` opens (settable from another process through
     ``Client.run``). ``delay``: seconds before each request (a slow disk). ``rate``:
-    bytes per second of an emulated disk (each request lasts at least its bytes ÷
-    rate). ``jitter``: each aggregator waits a random time in ``[0, jitter)`` seconds
-    before queueing, so requests reach each node in an independent order (the HIO
-    paper's assumption; a request answered at once, all its tasks on this host,
-    is not delayed). No arguments remove every hook and open any gate, so
+    bytes per second of an emulated disk: a request lasts at least its bytes ÷ rate,
+    and no stripe is handed out before the disk would have read it. ``jitter``: each
+    aggregator waits a random time in ``[0, jitter)`` seconds before queueing, so
+    requests reach each node in an independent order (the HIO paper's assumption; a
+    request answered at once, all its tasks on this host, is not delayed); with
+    ``seed``, each request's wait is fixed by the seed, its application's name, its
+    node and its domain, so every policy run with one seed sees the same arrivals.
+    No arguments remove every hook and open any gate, so
     nothing waits on a gate nobody can open.
 
     Examples
@@ -213,13 +217,12 @@ def inject(
             or not 0 <= value < float("inf")
         ):
             raise InputError(f"{key} must be a number >= 0, got {value!r}")
-    if not (hold is None or hold is True or isinstance(hold, threading.Event)):
-        raise InputError(f"hold must be True or a threading.Event, got {hold!r}")
-    gate = _FAULTS.pop("hold", None)
-    if gate is not None:
-        gate.set()
-    for key in ("delay", "rate", "jitter"):
-        _FAULTS.pop(key, None)
+    if not (hold is None or isinstance(hold, (bool, threading.Event))):
+        raise InputError(f"hold must be True, False or a threading.Event, got {hold!r}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise InputError(f"seed must be a whole number >= 0, got {seed!r}")
+    old = _FAULTS.get("hold")
+    _FAULTS.clear()
     if hold is True:
         hold = threading.Event()
     if isinstance(hold, threading.Event):
@@ -227,6 +230,10 @@ def inject(
     for key, value in (("delay", delay), ("rate", rate), ("jitter", jitter)):
         if value:
             _FAULTS[key] = float(value)
+    if seed is not None:
+        _FAULTS["seed"] = seed
+    if old is not None and old is not hold:
+        old.set()  # after the new gate is in place: nothing slips through between
 
 
 def open_gate() -> float:
@@ -335,8 +342,11 @@ class _Stripes:
         base = self.base.get(name)
         if self.fd is None or base is None or not hasattr(os, "posix_fadvise"):
             return
-        for off, n in runs:
-            os.posix_fadvise(self.fd, base + off, n, os.POSIX_FADV_WILLNEED)
+        try:
+            for off, n in runs:
+                os.posix_fadvise(self.fd, base + off, n, os.POSIX_FADV_WILLNEED)
+        except OSError:  # a hint: the reads that follow say what is wrong, if anything
+            pass
 
     def read_into(self, name: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
@@ -464,12 +474,15 @@ def _read(
     task: AggregatorTask,
     bufs: dict[str, tuple[np.ndarray, bool]] | None = None,
     flags: np.ndarray | None = None,
+    rate: float | None = None,
 ) -> dict[str, tuple[np.ndarray, bool]]:
     """Every stripe of the aggregator, checked, into ``bufs`` (made here if not given,
-    see :func:`_prepare`); each stripe's flag set as it is checked."""
+    see :func:`_prepare`); each stripe's flag set as it is checked. ``rate``: an
+    emulated disk's bytes/s — no stripe is let out before the disk would have read it."""
     reader = _reader(task)
     out: dict[str, tuple[np.ndarray, bool]] = {}
     at = 0
+    began, done = time.time(), 0
     try:
         if bufs is None:
             bufs = _prepare(task)
@@ -503,6 +516,9 @@ def _read(
                         f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
                         f"does not match the manifest: checksum {got}, manifest says {want}"
                     )
+                done += n
+                if rate:
+                    time.sleep(max(0.0, began + done / rate - time.time()))
                 if flags is not None:
                     flags[at + i] = CHECKED
             at += len(stripes)
@@ -664,7 +680,13 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
         pass
     jitter = _FAULTS.get("jitter")
     if jitter:  # the testbed's independent arrivals (seceded: the others go on)
-        time.sleep(float(np.random.default_rng().uniform(0.0, jitter)))
+        seed = _FAULTS.get("seed")
+        key = (
+            None
+            if seed is None
+            else [seed, zlib.crc32(task.app[1].encode()), task.node, task.domain]
+        )
+        time.sleep(float(np.random.default_rng(key).uniform(0.0, jitter)))
     req = _server(task.node).submit(task)
     req.done.wait()
     if req.error is not None:
