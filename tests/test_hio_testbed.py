@@ -65,6 +65,14 @@ def _node_task(app: int, policy: str) -> readserver.AggregatorTask:
     )
 
 
+def _needs_testbed() -> None:
+    why = testbed.available()
+    if why is not None:
+        if os.environ.get("IORCH_REQUIRE_TESTBED") == "1":
+            pytest.fail(f"IORCH_REQUIRE_TESTBED=1 but {why}")
+        pytest.skip(why)
+
+
 def test_a_closed_gate_holds_every_request_until_opened_and_inject_never_strands_one() -> None:
     readserver.inject(hold=True)
     try:
@@ -114,11 +122,7 @@ def test_the_testbed_benchmark_refuses_bad_sweeps() -> None:
 
 
 def test_concurrent_restarts_on_a_testbed_follow_the_simulators_order(tmp_path: Path) -> None:
-    why = testbed.available()
-    if why is not None:
-        if os.environ.get("IORCH_REQUIRE_TESTBED") == "1":
-            pytest.fail(f"IORCH_REQUIRE_TESTBED=1 but {why}")
-        pytest.skip(why)
+    _needs_testbed()
     prof = testbed.get_profile("cluster2004")
     disk = 8e6  # faster than the profile's disk: a short test
     with testbed.up(prof, 2, 2) as tb, tb.connect() as cl:
@@ -200,12 +204,15 @@ def test_the_command_names_a_bad_application_count() -> None:
     assert "Traceback" not in res.stdout + res.stderr
 
 
+def test_the_command_refuses_a_testbed_option_without_the_testbed(tmp_path: Path) -> None:
+    res = _iorch("bench", "hio", "--apps", "2", "--out", str(tmp_path))
+    assert res.returncode != 0
+    assert "--testbed" in res.stdout + res.stderr and "Traceback" not in res.stdout + res.stderr
+    assert not (tmp_path / "results.json").exists()  # nothing ran
+
+
 def test_the_command_runs_the_sweep_on_a_testbed(tmp_path: Path) -> None:
-    why = testbed.available()
-    if why is not None:
-        if os.environ.get("IORCH_REQUIRE_TESTBED") == "1":
-            pytest.fail(f"IORCH_REQUIRE_TESTBED=1 but {why}")
-        pytest.skip(why)
+    _needs_testbed()
     before = len(testbed.status())
     res = _iorch("bench", "hio", "--testbed", "--apps", "2", "--seeds", "1", "--out", str(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr

@@ -697,8 +697,9 @@ def bench_hio(
         ),
     ] = False,
     apps: Annotated[
-        str, typer.Option(help="With --testbed: concurrent applications, a comma list.")
-    ] = "2,4,6,8",
+        str | None,
+        typer.Option(help="With --testbed: concurrent applications, a comma list [2,4,6,8]."),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
         "out/bench-hio"
     ),
@@ -709,9 +710,12 @@ def bench_hio(
 
     Example: ``iorch bench hio --seeds 2``, ``iorch bench hio --testbed --seeds 3``
     """
+    if apps is not None and not testbed:
+        raise InputError("--apps sets the testbed's sweep: give --testbed too")
     out.mkdir(parents=True, exist_ok=True)
     if testbed:
-        _bench_hio_testbed([_count(x, "--apps", 1, 64) for x in apps.split(",")], seeds, out)
+        text = "2,4,6,8" if apps is None else apps
+        _bench_hio_testbed([_count(x, "--apps", 1, 64) for x in text.split(",")], seeds, out)
         return
     from ..bench import hio  # matplotlib loads when the command runs
 
