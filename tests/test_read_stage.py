@@ -618,3 +618,30 @@ def test_a_checkpoint_changed_under_a_restart_fails_it(cluster, tmp_path) -> Non
     with pytest.raises(CheckpointError, match="changed during the restart"):
         res.wait()
     assert _nothing_held(cluster)
+
+
+def _answer() -> int:
+    return 42
+
+
+def test_a_restart_waiting_on_its_disk_leaves_the_compute_workers_thread_to_others(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.engine.readstage import cma_works
+
+    with local_cluster(n_ionodes=1, n_compute=1, threads_per_compute=1) as cl:
+        if not cma_works(cl):
+            pytest.skip("tasks cannot copy straight out of an I/O worker here")
+        target = _write(cl, tmp_path, "hdf5")
+        cl.client.run(readserver.inject, hold=True, workers=cl.ionodes)
+        try:
+            res = read_stage(target, _requests()[:2], cluster=cl, wait=False)
+            time.sleep(0.5)  # the restart's tasks are polling their stripes' flags
+            other = cl.client.submit(_answer, workers=cl.compute, pure=False)
+            assert other.result(timeout=60) == 42  # ran on the worker's one thread meanwhile
+            assert not any(f.done() for f in res.futures)  # the disk is still held
+        finally:
+            cl.client.run(readserver.inject, workers=cl.ionodes)
+        for want, got in zip(_requests()[:2], res.gather(), strict=True):
+            assert np.array_equal(got["u"], TRUTH_U[np.asarray(want["u"])])
+            assert np.array_equal(got["id"], TRUTH_ID[np.asarray(want["id"])])

@@ -342,6 +342,7 @@ def _copy_when_checked(
     flags = np.empty(n_flags, dtype=np.uint8)
     todo = np.ones(length.size, dtype=bool)
     pause = 0.0005
+    seceded = False
     try:
         while todo.any():
             read(who, flags, np.array([0]), np.array([flags_at]), np.array([n_flags]))
@@ -359,12 +360,30 @@ def _copy_when_checked(
                 todo &= ~ready
                 pause = 0.0005
             else:
+                if not seceded:  # waiting on a disk: the worker's thread runs other tasks
+                    seceded = _secede()
                 time.sleep(pause)
                 pause = min(0.02, pause * 2)
     except OSError as err:
         raise CheckpointError(
             f"{name}: the rows of an I/O worker on this host could not be copied: {err}"
         ) from err
+    finally:
+        if seceded:
+            from distributed import rejoin
+
+            rejoin()
+
+
+def _secede() -> bool:
+    """Leave the worker's thread pool (True), or False outside a worker."""
+    try:
+        from distributed import secede
+
+        secede()
+    except (ImportError, ValueError):  # not in a worker's task (tests call it directly)
+        return False
+    return True
 
 
 def read_stage(
