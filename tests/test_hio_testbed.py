@@ -119,6 +119,12 @@ def test_the_testbed_benchmark_refuses_bad_sweeps() -> None:
         ht.run(apps=(0,))
     with pytest.raises(InputError, match="seeds"):
         ht.run(apps=(2,), seeds=0)
+    with pytest.raises(InputError, match="aggregators"):
+        ht.run(apps=(2,), aggregators=0)
+    with pytest.raises(InputError, match="compute_link"):
+        ht.run(apps=(2,), compute_link=float("nan"))
+    with pytest.raises(InputError, match="mb_per_app"):
+        ht.run(apps=(2,), mb_per_app=-1)
 
 
 def test_concurrent_restarts_on_a_testbed_follow_the_simulators_order(tmp_path: Path) -> None:
@@ -205,10 +211,12 @@ def test_the_command_names_a_bad_application_count() -> None:
 
 
 def test_the_command_refuses_a_testbed_option_without_the_testbed(tmp_path: Path) -> None:
-    res = _iorch("bench", "hio", "--apps", "2", "--out", str(tmp_path))
-    assert res.returncode != 0
-    assert "--testbed" in res.stdout + res.stderr and "Traceback" not in res.stdout + res.stderr
-    assert not (tmp_path / "results.json").exists()  # nothing ran
+    for option in (["--apps", "2"], ["--compute-link", "4"], ["--aggregators", "3"]):
+        res = _iorch("bench", "hio", *option, "--out", str(tmp_path))
+        assert res.returncode != 0
+        said = res.stdout + res.stderr
+        assert option[0] in said and "--testbed" in said and "Traceback" not in said
+        assert not (tmp_path / "results.json").exists()  # nothing ran
 
 
 def test_the_command_runs_the_sweep_on_a_testbed(tmp_path: Path) -> None:

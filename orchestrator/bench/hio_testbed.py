@@ -386,6 +386,15 @@ def run(
         raise InputError(f"apps must be whole numbers in 1..64, got {apps!r}")
     if not is_int(seeds, 1, 101):
         raise InputError(f"seeds must be a whole number in 1..100, got {seeds!r}")
+    for name, value in (("tasks", tasks), ("aggregators", aggregators)):
+        if not is_int(value, 1, 65):
+            raise InputError(f"{name} must be a whole number in 1..64, got {value!r}")
+    sizes: dict[str, Any] = {"mb_per_app": mb_per_app, "compute_link": compute_link}
+    for name, size in sizes.items():
+        if size is None and name == "compute_link":
+            continue
+        if not isinstance(size, (int, float)) or isinstance(size, bool) or not 0 < size < 1e12:
+            raise InputError(f"{name} must be a number > 0, got {size!r}")
     prof = testbed.get_profile(profile)
     if compute_link is not None:
         from ..testbed.profiles import Link

@@ -700,6 +700,18 @@ def bench_hio(
         str | None,
         typer.Option(help="With --testbed: concurrent applications, a comma list [2,4,6,8]."),
     ] = None,
+    compute_link: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="With --testbed: the compute hosts' links in MB/s (slower than the "
+            "profile's: shuffles weigh, HIO's case).",
+        ),
+    ] = None,
+    aggregators: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="With --testbed: file domains per application [2]."),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Folder for results.json and plots.")] = Path(
         "out/bench-hio"
     ),
@@ -708,14 +720,23 @@ def bench_hio(
     sweeps (applications, request size, storage nodes, aggregators), beside its numbers;
     with ``--testbed``, restarts for real on an emulated cluster.
 
-    Example: ``iorch bench hio --seeds 2``, ``iorch bench hio --testbed --seeds 3``
+    Example: ``iorch bench hio --seeds 2``, ``iorch bench hio --testbed --seeds 3``,
+    ``iorch bench hio --testbed --compute-link 4 --aggregators 3``
     """
-    if apps is not None and not testbed:
-        raise InputError("--apps sets the testbed's sweep: give --testbed too")
+    testbed_only = {"--apps": apps, "--compute-link": compute_link, "--aggregators": aggregators}
+    for name, given in testbed_only.items():
+        if given is not None and not testbed:
+            raise InputError(f"{name} sets the testbed's sweep: give --testbed too")
     out.mkdir(parents=True, exist_ok=True)
     if testbed:
         text = "2,4,6,8" if apps is None else apps
-        _bench_hio_testbed([_count(x, "--apps", 1, 64) for x in text.split(",")], seeds, out)
+        _bench_hio_testbed(
+            [_count(x, "--apps", 1, 64) for x in text.split(",")],
+            seeds,
+            out,
+            compute_link=None if compute_link is None else compute_link * 1e6,
+            aggregators=2 if aggregators is None else aggregators,
+        )
         return
     from ..bench import hio  # matplotlib loads when the command runs
 
@@ -760,13 +781,20 @@ def bench_hio(
     console.print(f"results in {out / 'results.json'}; plots {plot.name}, {pic.name}")
 
 
-def _bench_hio_testbed(apps: list[int], seeds: int, out: Path) -> None:
+def _bench_hio_testbed(
+    apps: list[int], seeds: int, out: Path, compute_link: float | None, aggregators: int
+) -> None:
     from ..bench import hio_testbed  # the testbed loads when the command runs
 
     with progress() as prog:
         task = prog.add_task("hio on the testbed", total=None)
         res = hio_testbed.run(
-            apps=apps, seeds=seeds, out=out, note=lambda m: prog.update(task, description=m)
+            apps=apps,
+            seeds=seeds,
+            out=out,
+            compute_link=compute_link,
+            aggregators=aggregators,
+            note=lambda m: prog.update(task, description=m),
         )
     cal = res["calibration"]
     console.print(
