@@ -530,7 +530,8 @@ def plot(res: dict[str, Any], out: Path) -> Path:
     ax.set_ylabel("average execution time (s)")
     cal = res["calibration"]
     ax.set_title(
-        f"testbed {res['profile']}: disk {cal['disk'] / 1e6:.2f} MB/s per I/O node",
+        f"testbed {res['profile']}: disk {cal['disk'] / 1e6:.2f} MB/s per I/O node, "
+        f"compute links {res.get('compute_link', 0) / 1e6:.0f} MB/s",
         fontsize=9,
     )
     ax.grid(alpha=0.3)
