@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from readtasks import empty_request
 
 from orchestrator import testbed
 from orchestrator.bench import hio_testbed as ht
@@ -45,26 +46,6 @@ def _requests() -> list[dict]:
     return [{"u": range(max(0, lo - 40), min(N, hi + 40))} for lo, hi in itertools.pairwise(blocks)]
 
 
-def _node_task(app: int, policy: str) -> readserver.AggregatorTask:
-    return readserver.AggregatorTask(
-        path="/nonexistent",
-        fmt="zarr",  # nothing is opened: no stripes
-        node=11,
-        domain=0,
-        app=(app, f"app{app}"),
-        access=0,
-        policy=policy,
-        window=10,
-        threshold=0.2,
-        read_seconds=1.0,
-        shuffle_seconds=0.0,
-        app_shuffle=0.0,
-        datasets={},
-        stripes={},
-        pieces={},
-    )
-
-
 def _needs_testbed() -> None:
     why = testbed.available()
     if why is not None:
@@ -77,7 +58,7 @@ def test_a_closed_gate_holds_every_request_until_opened_and_inject_never_strands
     readserver.inject(hold=True)
     try:
         server = readserver._server(11)
-        reqs = [server.submit(_node_task(a, "sio")) for a in (2, 0, 1)]
+        reqs = [server.submit(empty_request(a, "sio", node=11)) for a in (2, 0, 1)]
         time.sleep(0.2)
         assert readserver.queued() >= 3  # nothing started: the disk is held
         assert not any(r.done.is_set() for r in reqs)
@@ -88,7 +69,7 @@ def test_a_closed_gate_holds_every_request_until_opened_and_inject_never_strands
         assert sorted(reqs, key=lambda r: r.position) == [reqs[1], reqs[2], reqs[0]]  # sio
         # closed again, then every hook removed: what waited is served, not stranded
         readserver.inject(hold=True)
-        late = server.submit(_node_task(5, "sio"))
+        late = server.submit(empty_request(5, "sio", node=11))
         time.sleep(0.1)
         assert not late.done.is_set()
     finally:
@@ -238,7 +219,7 @@ def test_a_gate_closed_again_while_a_node_waits_still_holds_it() -> None:
     readserver.inject(hold=True)
     try:
         server = readserver._server(12)
-        req = server.submit(_node_task(1, "nio"))
+        req = server.submit(empty_request(1, "nio", node=12))
         time.sleep(0.1)
         readserver.inject(hold=True)  # a new gate: the old one opens as it is replaced
         time.sleep(0.7)  # longer than the node's re-check of the gate

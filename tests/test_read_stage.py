@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from readtasks import empty_request
 
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.engine import readserver
@@ -178,26 +179,6 @@ def test_bad_requests_are_named() -> None:
 # ---------------------------------------------------------------- the I/O node's order
 
 
-def _task(app: int, shuffle: float, app_shuffle: float, policy: str):
-    return readserver.AggregatorTask(
-        path="/nonexistent",
-        fmt="zarr",  # nothing is opened: no stripes
-        node=7,
-        domain=0,
-        app=(app, f"app{app}"),
-        access=0,
-        policy=policy,
-        window=10,
-        threshold=0.2,
-        read_seconds=1.0,
-        shuffle_seconds=shuffle,
-        app_shuffle=app_shuffle,
-        datasets={},
-        stripes={},
-        pieces={},
-    )
-
-
 @pytest.mark.parametrize(
     ("policy", "want"),
     [
@@ -213,16 +194,16 @@ def test_a_node_serves_what_it_holds_in_the_policys_order(policy, want) -> None:
     readserver.inject(hold=gate)
     try:
         server = readserver._NodeServer(7)
-        first = server.submit(_task(9, 0.0, 0.0, policy))  # served as it arrives
+        first = server.submit(empty_request(9, policy))  # served as it arrives
         while not server.log:
             gate.set()
             time.sleep(0.01)
         gate.clear()
         first.done.wait(120)
         reqs = {
-            "a2": server.submit(_task(2, 6.0, 6.0, policy)),
-            "a0": server.submit(_task(0, 1.0, 6.0, policy)),
-            "a1": server.submit(_task(1, 6.0, 6.0, policy)),
+            "a2": server.submit(empty_request(2, policy, shuffle=6.0, app_shuffle=6.0)),
+            "a0": server.submit(empty_request(0, policy, shuffle=1.0, app_shuffle=6.0)),
+            "a1": server.submit(empty_request(1, policy, shuffle=6.0, app_shuffle=6.0)),
         }
         gate.set()
         for r in reqs.values():
