@@ -661,6 +661,24 @@ def _info(req: _Request, cut: float) -> dict[str, Any]:
     }
 
 
+def secede_if_in_worker() -> bool:
+    """Leave the Dask worker's thread pool while this task waits (True), or do nothing
+    outside a worker's task (False: tests call the functions directly).
+
+    Examples
+    --------
+    >>> secede_if_in_worker()
+    False
+    """
+    try:
+        from distributed import secede
+
+        secede()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
 def aggregate(task: AggregatorTask) -> dict[str, Any]:
     """Queue the request on this I/O node, wait for it to be served, and cut the rows
     into each task's piece ``{dataset: (positions, rows)}``; also what was served.
@@ -672,12 +690,7 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
     """
     if task.pipelined:
         return _offer(task)
-    try:
-        from distributed import secede
-
-        secede()  # the worker's thread runs the next aggregator meanwhile
-    except (ImportError, ValueError):  # not in a worker (tests call it directly)
-        pass
+    secede_if_in_worker()  # the worker's thread runs the next aggregator meanwhile
     jitter = _FAULTS.get("jitter")
     if jitter:  # the testbed's independent arrivals (seceded: the others go on)
         seed = _FAULTS.get("seed")

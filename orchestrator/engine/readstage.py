@@ -336,7 +336,7 @@ def _copy_when_checked(
     """Copy runs out of an I/O worker on this host as their stripes pass their checks
     there (its flags, read the same way); a damaged stripe fails the task, named."""
     from .cma import read
-    from .readserver import CHECKED, DAMAGED, PENDING
+    from .readserver import CHECKED, DAMAGED, PENDING, secede_if_in_worker
 
     who, remote, flags_at, n_flags, flag = where
     flags = np.empty(n_flags, dtype=np.uint8)
@@ -361,7 +361,7 @@ def _copy_when_checked(
                 pause = 0.0005
             else:
                 if not seceded:  # waiting on a disk: the worker's thread runs other tasks
-                    seceded = _secede()
+                    seceded = secede_if_in_worker()
                 time.sleep(pause)
                 pause = min(0.02, pause * 2)
     except OSError as err:
@@ -373,17 +373,6 @@ def _copy_when_checked(
             from distributed import rejoin
 
             rejoin()
-
-
-def _secede() -> bool:
-    """Leave the worker's thread pool (True), or False outside a worker."""
-    try:
-        from distributed import secede
-
-        secede()
-    except (ImportError, ValueError):  # not in a worker's task (tests call it directly)
-        return False
-    return True
 
 
 def read_stage(
