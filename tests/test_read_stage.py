@@ -20,7 +20,7 @@ from readtasks import empty_request
 from orchestrator.contributions import Contribution, DatasetSpec
 from orchestrator.engine import readserver
 from orchestrator.engine.cluster import local_cluster
-from orchestrator.engine.readplan import plan_reads, split_at, to_runs
+from orchestrator.engine.readplan import copied_whole, plan_reads, split_at, to_runs
 from orchestrator.engine.readstage import read_stage
 from orchestrator.engine.stage import write_stage
 from orchestrator.errors import CheckpointError, InputError, OrchestratorError
@@ -112,6 +112,38 @@ def test_the_plan_delivers_every_requested_byte_once_from_its_own_node(case) -> 
                 cover[dst : dst + length] += 1
         assert (cover == 1).all()
         assert got.tobytes() == bytes(want)
+
+
+def _copied_whole_oracle(stripes, runs, sb, nbytes, max_runs) -> list[bool]:
+    """Byte by byte: each task copying from a stripe copies each of its bytes once, in
+    at most ``max_runs`` runs."""
+    out = []
+    for s in stripes.tolist():
+        lo, hi = s * sb, min((s + 1) * sb, nbytes)
+        ok = True
+        for per in runs:
+            mine = [(src, n) for _, src, n in per.tolist() if lo <= src < hi]
+            if not mine:
+                continue
+            count = np.zeros(hi - lo, dtype=np.int64)
+            for src, n in mine:
+                count[src - lo : src - lo + n] += 1
+            ok &= bool((count == 1).all()) and len(mine) <= max_runs
+        out.append(ok)
+    return out
+
+
+@settings(max_examples=1500, deadline=None)
+@given(read_cases(), st.integers(1, 4))
+def test_a_stripe_is_left_to_its_tasks_only_where_each_copies_it_whole(case, max_runs) -> None:
+    meta, tasks, n_nodes, aggregators = case
+    plan = plan_reads(meta, tasks, n_nodes, aggregators)
+    m = plan.meta["u"]
+    for a in plan.aggregators:
+        stripes = a.stripes.get("u", np.empty(0, np.int64))
+        runs = [per["u"] for per in a.pieces.values() if "u" in per]
+        got = copied_whole(stripes, runs, m.stripe_bytes, m.nbytes, max_runs).tolist()
+        assert got == _copied_whole_oracle(stripes, runs, m.stripe_bytes, m.nbytes, max_runs)
 
 
 @settings(max_examples=300, deadline=None)
@@ -482,8 +514,17 @@ def test_a_damaged_checkpoint_runs_no_restarted_task(cluster, tmp_path) -> None:
         res.wait()
     assert res.futures[0].status == "finished"  # its stripe was checked: its rows are right
     assert np.array_equal(res.futures[0].result()["u"], TRUTH_U[:100])
-    with pytest.raises(CheckpointError, match=r"u: the stripe at byte 69632 does not match"):
+    # the task copies that stripe whole: it checks its own copy
+    with pytest.raises(CheckpointError, match=r"u: stripe at byte 69632 \(I/O node \d\) does not"):
         res.futures[1].result()
+    # two tasks each copy part of it: the I/O node checks it, and the tasks say so
+    halves = [{"u": range(2890, 2950)}, {"u": range(2950, 3000)}]
+    res = read_stage(target, halves, cluster=cluster, wait=False)
+    with pytest.raises(CheckpointError, match=r"u: stripe at byte 69632 \(I/O node \d\) does not"):
+        res.wait()
+    for f in res.futures:
+        with pytest.raises(CheckpointError, match=r"u: the stripe at byte 69632 does not match"):
+            f.result()
 
 
 def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
@@ -582,21 +623,72 @@ def test_what_the_probe_found(cluster, tmp_path) -> None:
     assert h5py is not None
 
 
-def test_a_checkpoint_changed_under_a_restart_fails_it(cluster, tmp_path) -> None:
-    """Tasks copy checked stripes straight out of the mapped file; a byte changed in the
-    file meanwhile is caught by checking those stripes again before the restart ends."""
+def _damage(target: Path, at: int) -> None:
     import h5py
-    from distributed import wait
 
-    target = _write(cluster, tmp_path, "hdf5")
-    res = read_stage(target, [{"u": range(0, N)}], cluster=cluster, wait=False)
-    wait(res.futures + res._served)  # every task has its rows; the restart is not over
     with h5py.File(target, "r") as f:
         base = f["u"].id.get_offset()
     with open(target, "r+b") as fh:  # in place, as no stage ever writes
-        fh.seek(base + 100)
+        fh.seek(base + at)
         fh.write(b"\xff" * 8)
+
+
+def test_a_checkpoint_changed_under_a_restart_fails_it(cluster, tmp_path) -> None:
+    """Rows sent through Dask are cut straight out of the mapped file after their stripes'
+    checks; a byte changed in the file meanwhile is caught by checking those stripes
+    again before the restart ends."""
+    from distributed import wait
+
+    target = _write(cluster, tmp_path, "hdf5")
+    res = read_stage(target, [{"u": range(0, N)}], cluster=cluster, wait=False, shuffle="dask")
+    wait(res.futures)  # every task has its rows; the restart is not over
+    _damage(target, 100)
     with pytest.raises(CheckpointError, match="changed during the restart"):
+        res.wait()
+    assert _nothing_held(cluster)
+
+
+@pytest.mark.parametrize("borrow", [True, False], ids=["node-descriptor", "node-mapping"])
+def test_tasks_copying_from_their_host_check_what_they_copied(cluster, tmp_path, borrow) -> None:
+    """A task copying whole stripes — through the I/O worker's descriptor, or out of its
+    mapping where the kernel cannot lend descriptors — checks its copy: a byte changed
+    in the file before the copy fails it, one changed after cannot reach its rows."""
+
+    from orchestrator.engine import cma
+    from orchestrator.engine.readstage import cma_works
+
+    if not cma_works(cluster):
+        pytest.skip("tasks cannot copy straight out of an I/O worker here")
+    cluster.client.run(cma.inject, borrow=borrow, workers=cluster.compute)
+    before = sum(cluster.client.run(cma.borrowed, workers=cluster.compute).values())
+    try:
+        _changed_before_or_after_the_copy(cluster, tmp_path)
+    finally:
+        cluster.client.run(cma.inject, workers=cluster.compute)
+    lent = sum(cluster.client.run(cma.borrowed, workers=cluster.compute).values()) - before
+    assert (lent > 0) == borrow
+
+
+def _changed_before_or_after_the_copy(cluster, tmp_path: Path) -> None:
+    from distributed import wait
+
+    target = _write(cluster, tmp_path, "hdf5")
+    reqs = [{"u": range(0, N)}]
+    res = read_stage(target, reqs, cluster=cluster, wait=False)
+    wait(res.futures)
+    _damage(target, 100)  # after the copies: the rows were checked as copied
+    assert np.array_equal(res.wait().gather()[0]["u"], TRUTH_U)
+    assert _nothing_held(cluster)
+    (tmp_path / "fresh").mkdir()
+    target = _write(cluster, tmp_path / "fresh", "hdf5")
+    cluster.client.run(readserver.inject, hold=True, workers=cluster.ionodes)
+    try:  # changed after the restart was planned, before its bytes were copied
+        res = read_stage(target, reqs, cluster=cluster, wait=False)
+        time.sleep(0.3)
+        _damage(target, 300)
+    finally:
+        cluster.client.run(readserver.inject, workers=cluster.ionodes)
+    with pytest.raises(CheckpointError, match=r"u: stripe at byte 0 \(I/O node \d\) does not"):
         res.wait()
     assert _nothing_held(cluster)
 

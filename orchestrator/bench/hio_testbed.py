@@ -197,7 +197,7 @@ def run_point(
                     "shuffle": sh[(sv["node"], sv["domain"])],
                 }
             )
-        for f in r.futures + r._served:
+        for f in r.futures:
             f.release()
     return {
         "apps": n_apps,

@@ -4,19 +4,24 @@ same host (``process_vm_readv``), as MPI libraries move intra-node messages.
 A restart's aggregator verifies its stripes where they lie (the checkpoint mapped
 read-only, or its own buffer) and keeps them; each task on the same host copies its
 rows out in one system call per 1,024 runs — one copy, as a task reading the file
-itself would make, and no socket. Every read names the process by PID *and* start
-time, checked before and after, so a PID reused by another process is never read.
+itself would make, and no socket. Where a task checks the stripes it copies itself,
+it reads them through the I/O worker's own open descriptor of the checkpoint
+(:func:`borrow`, ``pidfd_getfd``): the bytes the node brought into memory, with no
+page tables of the node's mapping to fill or tear down. Every read names the
+process by PID *and* start time, checked before and after, so a PID reused by
+another process is never read.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from typing import Any
 
 import numpy as np
 
-__all__ = ["IOV_MAX", "identity", "read"]
+__all__ = ["IOV_MAX", "borrow", "borrowed", "identity", "inject", "read"]
 
 IOV_MAX = 1024
 
@@ -119,3 +124,83 @@ def _same(who: tuple[int, int]) -> None:
         raise OSError(f"process {who[0]} is gone") from err
     if now != tuple(who):
         raise OSError(f"process {who[0]} is not the one that offered the bytes (PID reused)")
+
+
+_PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
+_SYSCALL: Any = None
+_FAULTS: dict[str, bool] = {}
+_BORROWED = [0]
+
+
+def borrowed() -> int:
+    """How many descriptors :func:`borrow` has lent this process.
+
+    Examples
+    --------
+    >>> borrowed() >= 0
+    True
+    """
+    return _BORROWED[0]
+
+
+def inject(borrow: bool = True) -> None:
+    """Fault hook, for tests: ``borrow=False`` makes :func:`borrow` fail in this process
+    as on a kernel without ``pidfd_getfd`` (``ENOSYS``); no arguments, as it was.
+
+    Examples
+    --------
+    >>> inject(borrow=False)
+    >>> inject()
+    """
+    if not isinstance(borrow, bool):
+        from ..errors import InputError
+
+        raise InputError(f"borrow must be True or False, got {borrow!r}")
+    _FAULTS.clear()
+    if not borrow:
+        _FAULTS["no-borrow"] = True
+
+
+def borrow(who: tuple[int, int], fd: int, file: tuple[int, int]) -> int:
+    """A descriptor of this process for descriptor ``fd`` of process ``who`` (pid, start
+    time), which must be open on ``file`` (device, inode); the caller closes it.
+
+    Raises
+    ------
+    OSError
+        The process is gone, refuses (permissions; ``pidfd_getfd`` needs what
+        ``process_vm_readv`` needs), the kernel has no ``pidfd_getfd`` (Linux 5.6),
+        or ``fd`` is no longer that file there.
+
+    Examples
+    --------
+    >>> mine = os.open(__file__, os.O_RDONLY)
+    >>> st = os.fstat(mine)
+    >>> theirs = borrow(identity(), mine, (st.st_dev, st.st_ino))
+    >>> os.path.sameopenfile(mine, theirs)
+    True
+    >>> os.close(theirs); os.close(mine)
+    """
+    global _SYSCALL
+    if _FAULTS.get("no-borrow"):
+        raise OSError(errno.ENOSYS, "pidfd_getfd: refused by a test's hook")
+    if _SYSCALL is None:
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_uint]
+        _SYSCALL = fn
+    pidfd = os.pidfd_open(int(who[0]))
+    try:
+        _same(who)  # the pidfd names the process that offered the descriptor
+        got = _SYSCALL(_PIDFD_GETFD, pidfd, int(fd), 0)
+        if got < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"pidfd_getfd from pid {who[0]}: {os.strerror(err)}")
+    finally:
+        os.close(pidfd)
+    st = os.fstat(got)
+    if (st.st_dev, st.st_ino) != tuple(file):
+        os.close(got)
+        raise OSError(f"descriptor {fd} of pid {who[0]} is no longer the checkpoint")
+    _BORROWED[0] += 1
+    return int(got)

@@ -38,7 +38,15 @@ import numpy.typing as npt
 from ..errors import InputError
 from ..specs import dtype_from_json
 
-__all__ = ["AggregatorPlan", "DatasetMeta", "ReadPlan", "plan_reads", "split_at", "to_runs"]
+__all__ = [
+    "AggregatorPlan",
+    "DatasetMeta",
+    "ReadPlan",
+    "copied_whole",
+    "plan_reads",
+    "split_at",
+    "to_runs",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -173,6 +181,52 @@ def split_at(runs: IntArray, unit: int) -> IntArray:
     hi = np.minimum(runs[rep, 1] + runs[rep, 2], (stripe + 1) * rps)
     pos = runs[rep, 0] + (lo - runs[rep, 1])
     return np.stack([pos, lo, hi - lo], axis=1)
+
+
+#: a task copying a stripe in more runs than this leaves its check to the I/O node
+WHOLE_RUNS = 16
+
+
+def copied_whole(
+    stripes: IntArray,
+    runs: Sequence[IntArray],
+    stripe_bytes: int,
+    nbytes: int,
+    max_runs: int = WHOLE_RUNS,
+) -> npt.NDArray[np.bool_]:
+    """Per stripe (``stripes``: ascending ids): whether every task copying from it copies
+    all of it, each byte once, in at most ``max_runs`` runs — so that each of those
+    tasks can check the stripe's checksum on its own copy (``runs``: per task, its
+    runs ``[position, offset, length]`` of this dataset, clipped to stripes).
+
+    Examples
+    --------
+    >>> whole, half = np.array([[0, 0, 8]]), np.array([[0, 8, 4]])
+    >>> copied_whole(np.array([0, 1]), [whole, half], 8, 16).tolist()
+    [True, False]
+    """
+    stripes = np.asarray(stripes, dtype=np.int64)
+    parts = [np.asarray(r, dtype=np.int64).reshape(-1, 3) for r in runs]
+    task = np.concatenate(
+        [np.full(len(r), t, dtype=np.int64) for t, r in enumerate(parts)] or [np.empty(0, np.int64)]
+    )
+    src = np.concatenate([r[:, 1] for r in parts] or [np.empty(0, np.int64)])
+    length = np.concatenate([r[:, 2] for r in parts] or [np.empty(0, np.int64)])
+    stripe = src // stripe_bytes
+    order = np.lexsort((src, stripe, task))  # each task's runs on a stripe in file order
+    task, src, length, stripe = task[order], src[order], length[order], stripe[order]
+    first = np.ones(task.size, dtype=bool)
+    first[1:] = (task[1:] != task[:-1]) | (stripe[1:] != stripe[:-1])
+    last = np.ones(task.size, dtype=bool)
+    last[:-1] = first[1:]
+    end = src + length
+    bad = first & (src != stripe * stripe_bytes)  # a gap at the start
+    bad |= last & (end != np.minimum((stripe + 1) * stripe_bytes, nbytes))  # ... at the end
+    bad[1:] |= ~first[1:] & (src[1:] != end[:-1])  # a gap or an overlap inside
+    group = np.cumsum(first) - 1
+    count = np.bincount(group) if group.size else np.empty(0, np.int64)
+    bad |= count[group] > max_runs
+    return ~np.isin(stripes, stripe[bad])
 
 
 def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray:

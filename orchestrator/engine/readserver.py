@@ -27,6 +27,7 @@ from .checksums import stripe_checksum
 __all__ = [
     "AggregatorTask",
     "aggregate",
+    "finish",
     "held",
     "inject",
     "open_gate",
@@ -34,7 +35,6 @@ __all__ = [
     "recheck",
     "release",
     "served",
-    "served_when_done",
 ]
 
 
@@ -75,8 +75,9 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
-    bufs: dict[str, tuple[np.ndarray, bool]] | None = None
+    places: dict[str, _Place] | None = None
     flags: np.ndarray | None = None
+    cut: float = 0.0
     start: float = 0.0
     end: float = 0.0
     position: int = 0
@@ -99,11 +100,11 @@ class _NodeServer:
     def submit(
         self,
         task: AggregatorTask,
-        bufs: dict[str, tuple[np.ndarray, bool]] | None = None,
+        places: dict[str, _Place] | None = None,
         flags: np.ndarray | None = None,
     ) -> _Request:
         with self.cond:
-            req = _Request(task, next(self.arrivals), bufs=bufs, flags=flags)
+            req = _Request(task, next(self.arrivals), places=places, flags=flags)
             self.pending.append(req)
             self.cond.notify_all()
         return req
@@ -127,12 +128,12 @@ class _NodeServer:
                 self.pending.remove(req)
             req.start = time.time()
             try:
-                req.result = _read(req.task, req.bufs, req.flags, _FAULTS.get("rate"))
+                req.result = _read(req.task, req.places, req.flags, _FAULTS.get("rate"))
             except BaseException as err:  # handed to the aggregator, raised there
                 req.error = err
                 if req.flags is not None:  # what was not checked will not be
                     req.flags[req.flags == PENDING] = NOT_READ
-            req.bufs = req.flags = None
+            req.places = req.flags = None
             req.end = time.time()
             with self.cond:
                 req.position = self.served
@@ -335,6 +336,15 @@ class _Stripes:
             raise CheckpointError(f"{self.path}: {name} is truncated")
         return np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=base)
 
+    def file(self, name: str) -> tuple[int, tuple[int, int], int] | None:
+        """This process's descriptor of the file, its (device, inode) and the dataset's
+        offset in it, where the dataset is one extent of one file; None otherwise."""
+        base = self.base.get(name)
+        if self.fd is None or base is None:
+            return None
+        st = os.fstat(self.fd)
+        return self.fd, (st.st_dev, st.st_ino), base
+
     def will_need(self, name: str, runs: list[tuple[int, int]]) -> None:
         """Ask the kernel to start reading these (offset, length) runs of a dataset now,
         all at once, where it is one extent of one file: a cold request then reads in
@@ -399,6 +409,8 @@ def release(app: tuple[int, str]) -> int:
         stale = [k for k, (t, _) in _HELD.items() if now - t > HOLD_SECONDS]
         for key in stale:
             del _HELD[key]
+        for key in [k for k in _REQUESTS if k[0][0] / 1e9 < now - HOLD_SECONDS]:
+            del _REQUESTS[key]  # its driver never finished it
     for gone in [tuple(app), *stale]:
         _forget_reader(gone)  # type: ignore[arg-type]
     return len(held)
@@ -416,27 +428,86 @@ def held() -> int:
         return len(_HELD)
 
 
-#: a pipelined request's flag per stripe: not checked yet, checked, damaged, never read
-PENDING, CHECKED, DAMAGED, NOT_READ = 0, 1, 2, 3
+#: a pipelined request's flag per stripe: not read yet, read and checked here, damaged,
+#: never read, read and left to the tasks to check on their copies
+PENDING, CHECKED, DAMAGED, NOT_READ, READ = 0, 1, 2, 3, 4
 
 
-def _prepare(task: AggregatorTask) -> dict[str, tuple[np.ndarray, bool]]:
-    """Where each dataset's stripes will be: the dataset in place (the checkpoint mapped,
-    indexed by offset in the dataset: no copy, but a byte changed in the file after its
-    check would reach the tasks — :func:`recheck` checks these stripes again once the
-    tasks have copied), or a buffer (stripe ``i`` of the ascending list at
-    ``i * stripe_bytes``)."""
+@dataclass
+class _Place:
+    """Where one dataset's stripes of a request are: in the mapped checkpoint
+    (``mapped``, at their own offsets: no copy) or in this process's buffer ``own``
+    (slot ``k`` at ``k * stripe_bytes``). ``slot[i]``: the ``i``-th stripe's slot, -1
+    in the mapping. Mapped stripes are checked here in place (``tasks_check`` false:
+    a byte changed in the file after its check would reach the tasks, so
+    :func:`recheck` checks them again once the tasks have copied), or by the tasks
+    themselves on their own copies (true: nothing to check again)."""
+
+    mapped: np.ndarray | None
+    own: np.ndarray | None
+    slot: np.ndarray
+    tasks_check: bool = False
+    #: where the tasks may read the mapped stripes themselves: this process's descriptor
+    #: of the checkpoint, its (device, inode) and the dataset's offset in it
+    file: tuple[int, tuple[int, int], int] | None = None
+
+    def addresses(self, offsets: np.ndarray, stripe_bytes: int, stripes: np.ndarray) -> np.ndarray:
+        """This process's addresses of bytes at ``offsets`` of the dataset."""
+        stripe = offsets // stripe_bytes
+        slot = self.slot[np.searchsorted(stripes, stripe)]
+        out = np.empty(offsets.size, dtype=np.int64)
+        inside = slot < 0
+        if inside.any():
+            assert self.mapped is not None
+            out[inside] = self.mapped.ctypes.data + offsets[inside]
+        if (~inside).any():
+            assert self.own is not None
+            rel = offsets[~inside] - stripe[~inside] * stripe_bytes
+            out[~inside] = self.own.ctypes.data + slot[~inside] * stripe_bytes + rel
+        return out
+
+    def offsets(self, offsets: np.ndarray, stripe_bytes: int, stripes: np.ndarray) -> np.ndarray:
+        """Where bytes at ``offsets`` of the dataset are in ``mapped`` or ``own`` (the
+        request keeps all its stripes in one of them)."""
+        if self.mapped is not None and (self.slot < 0).all():
+            return offsets
+        stripe = offsets // stripe_bytes
+        slot = self.slot[np.searchsorted(stripes, stripe)]
+        return slot * stripe_bytes + offsets - stripe * stripe_bytes
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The one buffer every stripe is in (see :meth:`offsets`)."""
+        out = self.mapped if self.own is None else self.own
+        assert out is not None
+        return out
+
+
+def _prepare(
+    task: AggregatorTask, copied_whole: dict[str, np.ndarray] | None = None
+) -> dict[str, _Place]:
+    """Where each dataset's stripes will be (:class:`_Place`): in place where the dataset
+    is one extent of one HDF5 file, else in a buffer of this process. With
+    ``copied_whole`` (per dataset, per stripe: every task copies it whole), those
+    stripes stay in place for the tasks to check; the others — cut between tasks —
+    are read into a buffer and checked here."""
     reader = _reader(task)
     out = {}
     for name, stripes in task.stripes.items():
         _, _, sb, total, _ = task.datasets[name]
-        whole = reader.dataset(name, total)
-        if whole is not None:
-            out[name] = (whole, True)
+        n = len(stripes)
+        mapped = reader.dataset(name, total)
+        if mapped is None:
+            out[name] = _Place(None, np.empty(n * sb, dtype=np.uint8), np.arange(n))
+        elif copied_whole is None:
+            out[name] = _Place(mapped, None, np.full(n, -1))
             with _LOCK:
-                _RECHECK.setdefault(tuple(task.app), []).append((task, name, whole))  # type: ignore[arg-type]
+                _RECHECK.setdefault(tuple(task.app), []).append((task, name, mapped))  # type: ignore[arg-type]
         else:
-            out[name] = (np.empty(len(stripes) * sb, dtype=np.uint8), False)
+            whole = copied_whole[name]
+            slot = np.where(whole, -1, np.cumsum(~whole) - 1)
+            own = np.empty(int((~whole).sum()) * sb, dtype=np.uint8) if not whole.all() else None
+            out[name] = _Place(mapped, own, slot, tasks_check=True, file=reader.file(name))
     return out
 
 
@@ -472,61 +543,71 @@ def recheck(app: tuple[int, str]) -> list[str]:
 
 def _read(
     task: AggregatorTask,
-    bufs: dict[str, tuple[np.ndarray, bool]] | None = None,
+    places: dict[str, _Place] | None = None,
     flags: np.ndarray | None = None,
     rate: float | None = None,
-) -> dict[str, tuple[np.ndarray, bool]]:
-    """Every stripe of the aggregator, checked, into ``bufs`` (made here if not given,
-    see :func:`_prepare`); each stripe's flag set as it is checked. ``rate``: an
-    emulated disk's bytes/s — no stripe is let out before the disk would have read it."""
+) -> dict[str, _Place]:
+    """Every stripe of the aggregator, read into its place (made here if not given, see
+    :func:`_prepare`) and checked — or, where its tasks check it, brought into memory —
+    each stripe's flag set as it is done. ``rate``: an emulated disk's bytes/s — no
+    stripe is let out before the disk would have read it."""
+    from .pagecache import bring_in
+
     reader = _reader(task)
-    out: dict[str, tuple[np.ndarray, bool]] = {}
     at = 0
     began, done = time.time(), 0
     try:
-        if bufs is None:
-            bufs = _prepare(task)
+        if places is None:
+            places = _prepare(task)
         for name, stripes in task.stripes.items():
             _, _, sb, total, sums = task.datasets[name]
-            buf, in_place = bufs[name]
-            whole = buf if in_place else None
+            place = places[name]
             ids = np.asarray(stripes).tolist()
             reader.will_need(name, _runs(ids, sb, total))
             for i, s in enumerate(ids):
                 off = s * sb
                 n = min(sb, total - off)
-                view = memoryview(buf)[off : off + n] if whole is not None else None  # type: ignore[arg-type]
+                k = int(place.slot[i])
                 try:
-                    if view is None:
-                        view = memoryview(buf)[i * sb : i * sb + n]  # type: ignore[arg-type]
-                        reader.read_into(name, off, view)
+                    if k < 0:
+                        assert place.mapped is not None
+                        view = place.mapped[off : off + n]
+                        if place.tasks_check:  # read from the disk, in this node's order
+                            fd, _, base = place.file or (None, None, 0)
+                            bring_in(view, fd, base + off)
+                    else:
+                        assert place.own is not None
+                        view = place.own[k * sb : k * sb + n]
+                        reader.read_into(name, off, memoryview(view))  # type: ignore[arg-type]
                 except CheckpointError:
                     raise
-                except Exception as err:  # h5py / zarr raise their own
+                except Exception as err:  # h5py / zarr raise their own; EFAULT: truncated
                     raise CheckpointError(
                         f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
                         f"cannot be read: {type(err).__name__}: {err}"
                     ) from err
-                want = sums.get(str(off))
-                got = stripe_checksum(view)
-                if want != got:
-                    if flags is not None:
-                        flags[at + i] = DAMAGED
-                    raise CheckpointError(
-                        f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
-                        f"does not match the manifest: checksum {got}, manifest says {want}"
-                    )
+                state = READ
+                if not (k < 0 and place.tasks_check):
+                    want = sums.get(str(off))
+                    got = stripe_checksum(memoryview(view))  # type: ignore[arg-type]
+                    if want != got:
+                        if flags is not None:
+                            flags[at + i] = DAMAGED
+                        raise CheckpointError(
+                            f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
+                            f"does not match the manifest: checksum {got}, manifest says {want}"
+                        )
+                    state = CHECKED
                 done += n
                 if rate:
                     time.sleep(max(0.0, began + done / rate - time.time()))
                 if flags is not None:
-                    flags[at + i] = CHECKED
+                    flags[at + i] = state
             at += len(stripes)
-            out[name] = (buf, whole is not None)
     except BaseException:
         _forget_reader(task.app)  # the file may be what is wrong: open it anew next time
         raise
-    return out
+    return places
 
 
 def _runs(stripes: list[int], sb: int, total: int) -> list[tuple[int, int]]:
@@ -582,6 +663,7 @@ def _stripe_bytes(task: AggregatorTask) -> int:
     return total
 
 
+#: every request queued here, until its application's restart is finished (:func:`finish`)
 _REQUESTS: dict[tuple[Any, ...], _Request] = {}
 
 
@@ -589,14 +671,36 @@ def _key(task: AggregatorTask) -> tuple[Any, ...]:
     return (tuple(task.app), task.access, task.domain, task.node)
 
 
+def _submit(
+    task: AggregatorTask,
+    places: dict[str, _Place] | None = None,
+    flags: np.ndarray | None = None,
+) -> _Request:
+    req = _server(task.node).submit(task, places, flags)  # takes _LOCK itself
+    with _LOCK:
+        _REQUESTS[_key(task)] = req
+    return req
+
+
 def _offer(task: AggregatorTask) -> dict[str, Any]:
     """A pipelined request: queue it and answer at once with, per task, where its runs
-    will be and which flag says each is checked."""
+    will be, which flag says each may be copied and, for a stripe the task copies
+    whole, the checksum it checks its copy against."""
     from .cma import identity
+    from .readplan import copied_whole
 
-    bufs = _prepare(task)
+    whole = {
+        name: copied_whole(
+            np.asarray(stripes),
+            [per[name] for per in task.pieces.values() if name in per],
+            task.datasets[name][2],
+            task.datasets[name][3],
+        )
+        for name, stripes in task.stripes.items()
+    }
+    places = _prepare(task, whole)
     flags = np.zeros(sum(len(st) for st in task.stripes.values()), dtype=np.uint8)
-    _hold(task.app, (bufs, flags))
+    _hold(task.app, (places, flags))
     first, at = {}, 0
     for name, stripes in task.stripes.items():
         first[name] = at
@@ -607,46 +711,69 @@ def _offer(task: AggregatorTask) -> dict[str, Any]:
         piece = {}
         for name, runs in per.items():
             runs = np.asarray(runs, dtype=np.int64)
-            buf, whole = bufs[name]
-            sb = task.datasets[name][2]
-            stripe = runs[:, 1] // sb
-            slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
-            src = runs[:, 1] if whole else slot * sb + runs[:, 1] - stripe * sb
-            where = (me, buf.ctypes.data + src, flags.ctypes.data, flags.size, first[name] + slot)
-            piece[name] = (runs[:, 0], runs[:, 2], where, runs[:, 1] - runs[:, 1] % sb)
+            place, stripes = places[name], np.asarray(task.stripes[name])
+            sb, sums = task.datasets[name][2], task.datasets[name][4]
+            index = np.searchsorted(stripes, runs[:, 1] // sb)
+            at_byte = runs[:, 1] - runs[:, 1] % sb
+            # the checksum a task checks its copy of a stripe against; -1: checked here
+            check = np.full(runs.shape[0], -1, dtype=np.int64)
+            mine = place.tasks_check & (place.slot[index] < 0)
+            if mine.any():
+                check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
+            # where the task may read those stripes itself: this process's descriptor
+            file = None
+            if place.file is not None and mine.any():
+                fd, ident, base = place.file
+                file = (fd, ident, base + runs[:, 1])
+            where = (
+                me,
+                place.addresses(runs[:, 1], sb, stripes),
+                flags.ctypes.data,
+                flags.size,
+                first[name] + index,
+                check,
+                f"{task.path}: {name}",
+                task.node,
+                file,
+            )
+            piece[name] = (runs[:, 0], runs[:, 2], where, at_byte)
         pieces[t] = piece
-    server = _server(task.node)  # takes _LOCK itself
-    req = server.submit(task, bufs, flags)
-    with _LOCK:
-        _REQUESTS[_key(task)] = req
+    _submit(task, places, flags)
     return {"pieces": pieces, "pipelined": _key(task)}
 
 
-def served_when_done(key: tuple[Any, ...]) -> dict[str, Any]:
-    """What a pipelined request's node served, once it has; raises its error (a damaged
-    stripe, named).
+def finish(app: tuple[int, str], served: bool = True, timeout: float = 10.0) -> dict[str, Any]:
+    """An application's restart is over here (every task has its rows, or it failed):
+    what each of its requests on this worker's nodes served (``served``: waiting up to
+    ``timeout`` s for a request to end; a failed restart passes False), the errors its
+    requests met, the stripes that changed under it (:func:`recheck`); then its bytes
+    are let go (:func:`release`).
 
     Examples
     --------
-    >>> served_when_done(out["pipelined"])  # doctest: +SKIP
-    {'node': 0, ...}
+    >>> finish((0, "nothing"))
+    {'served': [], 'errors': [], 'changed': []}
     """
+    app = tuple(app)  # type: ignore[assignment]
     with _LOCK:
-        req = _REQUESTS.pop(tuple(key))
+        mine = [k for k in _REQUESTS if k[0] == app]
+        reqs = [_REQUESTS.pop(k) for k in mine]
+    out: dict[str, Any] = {"served": [], "errors": [], "changed": []}
     try:
-        from distributed import secede
+        deadline = time.monotonic() + (timeout if served else 0.0)
+        for req in reqs:
+            if req.error is not None:  # set before its flags say so: no need to wait
+                out["errors"].append(req.error)
+            elif served and req.done.wait(max(0.0, deadline - time.monotonic())):
+                out["served"].append(_info(req))
+        if served and not out["errors"]:
+            out["changed"] = recheck(app)
+    finally:
+        release(app)
+    return out
 
-        secede()
-    except (ImportError, ValueError):
-        pass
-    req.done.wait()
-    req.result = None
-    if req.error is not None:
-        raise req.error
-    return _info(req, 0.0)
 
-
-def _info(req: _Request, cut: float) -> dict[str, Any]:
+def _info(req: _Request) -> dict[str, Any]:
     task = req.task
     return {
         "node": task.node,
@@ -656,7 +783,7 @@ def _info(req: _Request, cut: float) -> dict[str, Any]:
         "arrival": req.arrival,
         "start": req.start,
         "end": req.end,
-        "cut_seconds": cut,
+        "cut_seconds": req.cut,
         "bytes": _stripe_bytes(task),
     }
 
@@ -700,14 +827,14 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
             else [seed, zlib.crc32(task.app[1].encode()), task.node, task.domain]
         )
         time.sleep(float(np.random.default_rng(key).uniform(0.0, jitter)))
-    req = _server(task.node).submit(task)
+    req = _submit(task)
     req.done.wait()
     if req.error is not None:
         raise req.error
     from ..kernels.runs import gather_runs  # Numba: only in the workers that read
     from .cma import identity
 
-    bufs, req.result = req.result, None
+    places, req.result = req.result, None
     cut = time.time()
     me = identity()
     pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, Any]]] = {}
@@ -716,20 +843,17 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
         piece = {}
         for name, runs in per.items():
             runs = np.asarray(runs, dtype=np.int64)
-            buf, whole = bufs[name]
-            if whole:  # the dataset in place: its offsets are ours
-                src = runs[:, 1]
-            else:
-                sb = task.datasets[name][2]
-                stripe = runs[:, 1] // sb
-                slot = np.searchsorted(np.asarray(task.stripes[name]), stripe)
-                src = slot * sb + runs[:, 1] - stripe * sb
+            place, stripes = places[name], np.asarray(task.stripes[name])
+            sb = task.datasets[name][2]
             if t in task.local:  # the task copies its runs out of this process itself
-                piece[name] = (runs[:, 0], runs[:, 2], (me, buf.ctypes.data + src))
+                at = place.addresses(runs[:, 1], sb, stripes)
+                piece[name] = (runs[:, 0], runs[:, 2], (me, at))
                 if name not in kept:
-                    _hold(task.app, buf)
+                    _hold(task.app, place)
                     kept.add(name)
             else:
-                piece[name] = (runs[:, 0], runs[:, 2], gather_runs(buf, src, runs[:, 2]))
+                src = place.offsets(runs[:, 1], sb, stripes)
+                piece[name] = (runs[:, 0], runs[:, 2], gather_runs(place.buffer, src, runs[:, 2]))
         pieces[t] = piece
-    return {"pieces": pieces, "served": _info(req, time.time() - cut)}
+    req.cut = time.time() - cut
+    return {"pieces": pieces}

@@ -24,7 +24,7 @@ from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, plan_reads
-from .readserver import AggregatorTask, aggregate, recheck, release, served_when_done
+from .readserver import AggregatorTask, aggregate, finish
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -185,7 +185,6 @@ class ReadResult:
     application: tuple[int, str]
     policy: str
     started: float
-    _served: list[Any] = field(default_factory=list, repr=False)
     data: list[dict[str, np.ndarray]] | None = None
     seconds: float | None = None
     served: list[dict[str, Any]] = field(default_factory=list)
@@ -193,6 +192,7 @@ class ReadResult:
     workers: list[str] = field(default_factory=list)
     _client: Any = field(default=None, repr=False)
     _io: list[str] = field(default_factory=list, repr=False)
+    _report: dict[str, list[Any]] | None = field(default=None, repr=False)
 
     @property
     def bytes_read(self) -> int:
@@ -214,37 +214,55 @@ class ReadResult:
         """
         from distributed import wait
 
+        report: dict[str, list[Any]] = {"served": [], "errors": [], "changed": []}
+        ok = False
         try:
             while True:
                 try:
-                    wait(self.futures + self._served, timeout=2.0)
+                    wait(self.futures, timeout=2.0)
                     break
                 except TimeoutError:
                     self._check_workers()  # pinned tasks wait for ever for a lost worker
-            if all(f.status == "finished" for f in self.futures + self._served):
-                self._recheck()
+            ok = all(f.status == "finished" for f in self.futures)
+            if not ok:  # a lost worker is the reason, not what its tasks saw of it
+                self._check_workers()
         finally:
-            self._release()
-        for f in self._served + self.futures:
+            report = self._finish(ok)
+        for err in report["errors"]:  # an I/O node's reason comes before its tasks' words
+            raise err
+        for f in self.futures:
             if f.status == "error":
-                f.result()  # raises the aggregator's error, as it was raised
+                f.result()  # raises the task's error, as it was raised
+        if report["changed"]:
+            found = report["changed"]
+            raise CheckpointError(f"{len(found)} stripe(s) changed during the restart: {found[0]}")
         if self.seconds is None:
             self.seconds = time.perf_counter() - self.started
-            self.served = sorted(
-                (f.result() for f in self._served), key=lambda s: (s["node"], s["position"])
-            )
+            self.served = sorted(report["served"], key=lambda s: (s["node"], s["position"]))
         return self
 
-    def _recheck(self) -> None:
-        """The stripes tasks copied straight out of the mapped checkpoint, checked again now
-        that they have: the file must not have changed under them."""
-        client = self._client
-        if client is None or not self._io:
-            return
-        bad = client.run(recheck, self.application, workers=self._io)
-        found = [m for msgs in bad.values() for m in msgs]
-        if found:
-            raise CheckpointError(f"{len(found)} stripe(s) changed during the restart: {found[0]}")
+    def _finish(self, ok: bool) -> dict[str, list[Any]]:
+        """End the restart on its I/O workers (:func:`~.readserver.finish`): what they
+        served, their requests' errors, stripes that changed under the restart; they
+        let go of what the tasks copied from. Once: later calls report nothing."""
+        if self._report is not None:
+            return self._report
+        out: dict[str, list[Any]] = {"served": [], "errors": [], "changed": []}
+        if self._client is None or not self._io:
+            return out
+        client, self._client = self._client, None
+        self._report = out
+        try:  # only live workers: one that died would cost a 30 s connect timeout
+            live = set(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+            io = [w for w in self._io if w in live]
+            got = client.run(finish, self.application, ok, workers=io, on_error="return")
+        except Exception:  # a worker gone: its segments go with the next sweep
+            return out
+        for part in got.values():
+            if isinstance(part, dict):
+                for k in out:
+                    out[k].extend(part[k])
+        return out
 
     def _check_workers(self) -> None:
         client = self._client
@@ -258,19 +276,6 @@ class ReadResult:
                     f"the {kind} worker {lost[0]} was lost during restart "
                     f"{self.application[1]!r}; its rows were not delivered"
                 )
-
-    def _release(self) -> None:
-        """Let the I/O workers drop the stripes they kept for tasks to copy (every task
-        has copied its rows once its future is done)."""
-        if self._client is None or not self._io:
-            return
-        client, self._client = self._client, None
-        try:  # only live workers: one that died would cost a 30 s connect timeout
-            live = set(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
-            io = [w for w in self._io if w in live]
-            client.run(release, self.application, workers=io, on_error="return")
-        except Exception:  # a worker gone: its segments go with the next sweep
-            pass
 
     def gather(self) -> list[dict[str, np.ndarray]]:
         """Every task's rows, here (for small restarts and tests).
@@ -289,12 +294,6 @@ def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
     return out["pieces"].get(task, {})
 
 
-def _served(out: dict[str, Any]) -> dict[str, Any]:
-    if "pipelined" in out:  # answered before it was served: wait for the node
-        return served_when_done(out["pipelined"])
-    return out["served"]
-
-
 def _assemble(
     lengths: dict[str, int], kinds: dict[str, tuple[Any, tuple[int, ...]]], *pieces: Any
 ) -> dict[str, np.ndarray]:
@@ -303,8 +302,6 @@ def _assemble(
     from ..kernels.runs import scatter_runs
     from .cma import read
 
-    # an aggregator's whole answer comes as (task, answer): this task's piece of it
-    pieces = tuple(p[1]["pieces"][p[0]] if isinstance(p, tuple) else p for p in pieces)
     out = {}
     for name, n in lengths.items():
         dtype, row_shape = np.dtype(kinds[name][0]), kinds[name][1]
@@ -330,15 +327,32 @@ def _assemble(
     return out
 
 
+#: bytes a task copies before checking them, so that they are checked while in cache
+_CHECK_BATCH = 8 << 20
+
+
 def _copy_when_checked(
     name: str, buf: np.ndarray, dst: Any, length: Any, where: Any, stripe_at: Any
 ) -> None:
-    """Copy runs out of an I/O worker on this host as their stripes pass their checks
-    there (its flags, read the same way); a damaged stripe fails the task, named."""
-    from .cma import read
-    from .readserver import CHECKED, DAMAGED, PENDING, secede_if_in_worker
+    """Copy runs out of an I/O worker on this host as their stripes are read there (its
+    flags, read the same way). A stripe this task copies whole it checks on its copy,
+    right after copying; the others the node has checked. A damaged stripe fails the
+    task, named."""
+    from .cma import borrow, read
+    from .readserver import CHECKED, DAMAGED, PENDING, READ, secede_if_in_worker
 
-    who, remote, flags_at, n_flags, flag = where
+    who, remote, flags_at, n_flags, flag, check, label, node, file = where
+    # stripe by stripe, each stripe's runs in file order: the order its checksum folds
+    order = np.lexsort((remote, flag))
+    dst, length, remote, flag = dst[order], length[order], remote[order], flag[order]
+    check, stripe_at = check[order], stripe_at[order]
+    fd = None
+    if file is not None:  # the stripes this task checks: read through the node's descriptor
+        try:
+            fd = borrow(who, file[0], file[1])
+            at_file = file[2][order]
+        except OSError:  # no pidfd_getfd here: copy them out of the node's mapping instead
+            fd = None
     flags = np.empty(n_flags, dtype=np.uint8)
     todo = np.ones(length.size, dtype=bool)
     pause = 0.0005
@@ -347,17 +361,31 @@ def _copy_when_checked(
         while todo.any():
             read(who, flags, np.array([0]), np.array([flags_at]), np.array([n_flags]))
             state = flags[flag]
-            if (todo & (state != PENDING) & (state != CHECKED)).any():
-                bad = int(np.flatnonzero(todo & (state != PENDING) & (state != CHECKED))[0])
+            failed = todo & (state != PENDING) & (state != CHECKED) & (state != READ)
+            if failed.any():
+                bad = int(np.flatnonzero(failed)[0])
                 why = "does not match the manifest" if state[bad] == DAMAGED else "was not read"
                 raise CheckpointError(
                     f"{name}: the stripe at byte {int(stripe_at[bad])} {why} (its I/O node "
                     "failed the request; the restart fails with its reason)"
                 )
-            ready = todo & (state == CHECKED)
-            if ready.any():
-                read(who, buf, dst[ready], remote[ready], length[ready])
-                todo &= ~ready
+            ready = np.flatnonzero(todo & ((state == CHECKED) | (state == READ)))
+            if ready.size:
+                if ((state[ready] == READ) & (check[ready] < 0)).any():
+                    raise CheckpointError(f"{label}: a stripe was left unchecked")  # a bug
+                # batches of whole stripes (a stripe's runs share its flag, all ready)
+                cum = np.cumsum(length[ready])
+                cut = np.flatnonzero(np.diff(cum // _CHECK_BATCH) > 0) + 1
+                cut = cut[flag[ready][cut] != flag[ready][cut - 1]]
+                for batch in np.split(ready, cut):
+                    if fd is None:
+                        read(who, buf, dst[batch], remote[batch], length[batch])
+                    else:
+                        theirs = batch[check[batch] < 0]
+                        read(who, buf, dst[theirs], remote[theirs], length[theirs])
+                        _pread_runs(label, fd, buf, batch[check[batch] >= 0], dst, length, at_file)
+                    _check_copies(label, node, buf, batch, dst, length, flag, check, stripe_at)
+                todo[ready] = False
                 pause = 0.0005
             else:
                 if not seceded:  # waiting on a disk: the worker's thread runs other tasks
@@ -369,10 +397,62 @@ def _copy_when_checked(
             f"{name}: the rows of an I/O worker on this host could not be copied: {err}"
         ) from err
     finally:
+        if fd is not None:
+            os.close(fd)
         if seceded:
             from distributed import rejoin
 
             rejoin()
+
+
+def _pread_runs(
+    label: str, fd: int, buf: np.ndarray, runs: np.ndarray, dst: Any, length: Any, at: Any
+) -> None:
+    """Read runs of the file into ``buf``, neighbours (in the file and in ``buf``) as one."""
+    if not runs.size:
+        return
+    d, n, a = dst[runs], length[runs], at[runs]
+    joined = (d[1:] == d[:-1] + n[:-1]) & (a[1:] == a[:-1] + n[:-1])
+    starts = np.flatnonzero(np.concatenate(([True], ~joined)))
+    ends = np.concatenate((starts[1:], [runs.size]))
+    view = memoryview(buf)  # type: ignore[arg-type]
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        first, total = int(d[lo]), int(n[lo:hi].sum())
+        got = os.preadv(fd, [view[first : first + total]], int(a[lo]))
+        if got != total:
+            raise CheckpointError(f"{label}: {total - got} bytes past the file's end")
+
+
+def _check_copies(
+    label: str,
+    node: int,
+    buf: np.ndarray,
+    batch: np.ndarray,
+    dst: Any,
+    length: Any,
+    flag: Any,
+    check: Any,
+    stripe_at: Any,
+) -> None:
+    """Check the stripes of ``batch`` (run indices, stripe by stripe, in file order) that
+    this task copied whole and checks itself: their CRC-32 folded over its copies."""
+    from .checksums import crc32
+
+    mine = batch[check[batch] >= 0]
+    if not mine.size:
+        return
+    view = memoryview(buf)  # type: ignore[arg-type]
+    value, last = 0, len(mine) - 1
+    for j, i in enumerate(mine.tolist()):
+        value = crc32(view[dst[i] : dst[i] + length[i]], value)
+        if j == last or flag[mine[j + 1]] != flag[i]:  # the stripe's last run
+            if value & 0xFFFFFFFF != check[i]:
+                raise CheckpointError(
+                    f"{label}: stripe at byte {int(stripe_at[i])} (I/O node {node}) does not "
+                    f"match the manifest: checksum {value & 0xFFFFFFFF:08x}, manifest says "
+                    f"{int(check[i]):08x}"
+                )
+            value = 0
 
 
 def read_stage(
@@ -498,7 +578,6 @@ def read_stage(
             )
             res.data = res.gather()
             res.futures = []
-            res._served = []
             return res
     if not isinstance(cluster, IOCluster):
         raise InputError(f"cluster must be an IOCluster, got {type(cluster).__name__}")
@@ -542,7 +621,7 @@ def read_stage(
     app_shuffle = max(shuffles, default=0.0)
     cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
-    outs, served, whole = {}, [], {}
+    outs, whole = {}, {}
     for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
         io = cluster.ionodes[a.node]
         task = AggregatorTask(
@@ -575,14 +654,22 @@ def read_stage(
             pipelined=cma and all(hosts[targets[t]] == hosts[io] for t in a.pieces),
         )
         outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
-        served.append(client.submit(_served, outs[i], workers=[io], pure=False))
         # an aggregator whose tasks all copy from it sends only addresses: its whole
         # answer goes to each of them, with no task to cut it
         whole[i] = task.pipelined
+    # a pipelined request answers at once, with addresses only: fetch the answers here
+    # and hand each task its own piece, rather than every task fetching every answer
+    offered = [i for i in outs if whole[i]]
+    try:
+        answers = dict(zip(offered, client.gather([outs[i] for i in offered]), strict=True))
+    except BaseException:  # what the other nodes queued and hold goes too
+        nodes = sorted({cluster.ionodes[a.node] for a in live})
+        client.run(finish, app, False, workers=nodes, on_error="return")
+        raise
     futures = []
     for t in range(n_tasks):
         pieces = [
-            (t, outs[i])
+            answers[i]["pieces"][t]
             if whole[i]
             else client.submit(_piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False)
             for i, a in enumerate(live)
@@ -604,7 +691,6 @@ def read_stage(
         app,
         policy,
         started,
-        served,
         workers=targets,
         _client=client,
         _io=sorted({cluster.ionodes[a.node] for a in live}),
