@@ -229,7 +229,8 @@ def copied_whole(
     return ~np.isin(stripes, stripe[bad])
 
 
-def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray:
+def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray | range:
+    """The rows a task asks for, checked: row numbers, or a range of step 1."""
     where = f"requests[{task}][{name!r}]"
     if isinstance(rows, slice):
         try:
@@ -240,8 +241,8 @@ def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray:
         if len(rows) and not (0 <= min(rows[0], rows[-1]) and max(rows[0], rows[-1]) < n_rows):
             bad = rows[0] if not 0 <= rows[0] < n_rows else rows[-1]
             raise InputError(f"{where} asks for row {bad}; the dataset has rows 0..{n_rows - 1}")
-        if rows.step == 1 or len(rows) <= 1:
-            out = np.arange(rows.start, rows.start + len(rows), dtype=np.int64)
+        if rows.step == 1 or len(rows) <= 1:  # one run: no row numbers to make
+            return range(rows.start, rows.start + len(rows))
         else:
             out = np.asarray(rows, dtype=np.int64)
     else:
@@ -323,8 +324,13 @@ def plan_reads(
             if not m.shape:
                 raise InputError(f"requests[{t}][{name!r}]: a scalar dataset has no rows")
             r = _rows(t, name, rows, m.shape[0])
-            mine[name] = int(r.size)
-            runs = to_runs(r) * np.array([m.row_bytes, m.row_bytes, m.row_bytes])
+            if isinstance(r, range):
+                mine[name] = len(r)
+                runs = np.array([[0, r.start, len(r)]], dtype=np.int64)
+            else:
+                mine[name] = int(r.size)
+                runs = to_runs(r)
+            runs = runs * np.array([m.row_bytes, m.row_bytes, m.row_bytes])
             runs = split_at(runs[runs[:, 2] > 0], m.stripe_bytes)
             cut.append((t, name, runs, runs[:, 1] // m.stripe_bytes))
         lengths.append(mine)

@@ -30,6 +30,7 @@ __all__ = [
     "finish",
     "held",
     "inject",
+    "offered_runs",
     "open_gate",
     "queued",
     "recheck",
@@ -66,6 +67,9 @@ class AggregatorTask:
     #: every task is local: answer at once with where the stripes will be, and let the
     #: tasks copy each stripe as soon as it is checked (flags in this process's memory)
     pipelined: bool = False
+    #: pipelined: per dataset, per stripe, whether every task copying it copies it whole
+    #: (they check it themselves; :func:`~orchestrator.engine.readplan.copied_whole`)
+    whole: dict[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -683,63 +687,80 @@ def _submit(
 
 
 def _offer(task: AggregatorTask) -> dict[str, Any]:
-    """A pipelined request: queue it and answer at once with, per task, where its runs
-    will be, which flag says each may be copied and, for a stripe the task copies
-    whole, the checksum it checks its copy against."""
+    """A pipelined request: queue it and answer at once with where its stripes will be
+    (:func:`offered_runs` turns that into each task's runs) and its flags."""
     from .cma import identity
-    from .readplan import copied_whole
 
-    whole = {
-        name: copied_whole(
-            np.asarray(stripes),
-            [per[name] for per in task.pieces.values() if name in per],
-            task.datasets[name][2],
-            task.datasets[name][3],
-        )
-        for name, stripes in task.stripes.items()
-    }
+    whole = task.whole
+    if whole is None:
+        raise InputError("a pipelined request needs its whole-stripe masks")
     places = _prepare(task, whole)
     flags = np.zeros(sum(len(st) for st in task.stripes.values()), dtype=np.uint8)
     _hold(task.app, (places, flags))
-    first, at = {}, 0
-    for name, stripes in task.stripes.items():
-        first[name] = at
-        at += len(stripes)
-    me = identity()
-    pieces: dict[int, dict[str, Any]] = {}
-    for t, per in task.pieces.items():
-        piece = {}
-        for name, runs in per.items():
-            runs = np.asarray(runs, dtype=np.int64)
-            place, stripes = places[name], np.asarray(task.stripes[name])
-            sb, sums = task.datasets[name][2], task.datasets[name][4]
-            index = np.searchsorted(stripes, runs[:, 1] // sb)
-            at_byte = runs[:, 1] - runs[:, 1] % sb
-            # the checksum a task checks its copy of a stripe against; -1: checked here
-            check = np.full(runs.shape[0], -1, dtype=np.int64)
-            mine = place.tasks_check & (place.slot[index] < 0)
-            if mine.any():
-                check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
-            # where the task may read those stripes itself: this process's descriptor
-            file = None
-            if place.file is not None and mine.any():
-                fd, ident, base = place.file
-                file = (fd, ident, base + runs[:, 1])
-            where = (
-                me,
-                place.addresses(runs[:, 1], sb, stripes),
-                flags.ctypes.data,
-                flags.size,
-                first[name] + index,
-                check,
-                f"{task.path}: {name}",
-                task.node,
-                file,
-            )
-            piece[name] = (runs[:, 0], runs[:, 2], where, at_byte)
-        pieces[t] = piece
     _submit(task, places, flags)
-    return {"pieces": pieces, "pipelined": _key(task)}
+    return {
+        "pipelined": _key(task),
+        "who": identity(),
+        "flags": (flags.ctypes.data, flags.size),
+        "places": {
+            name: (
+                None if p.mapped is None else p.mapped.ctypes.data,
+                None if p.own is None else p.own.ctypes.data,
+                p.file,
+            )
+            for name, p in places.items()
+        },
+    }
+
+
+def offered_runs(
+    offer: dict[str, Any], task: AggregatorTask, name: str, runs: np.ndarray, first: int
+) -> tuple[np.ndarray, np.ndarray, tuple[Any, ...], np.ndarray]:
+    """One task's runs ``[position, offset, length]`` of one dataset from a pipelined
+    request (its :func:`_offer`): where each is in the I/O worker, which flag says it
+    may be copied, the checksum the task checks a stripe it copies whole against (-1:
+    the node checks it), and the node's descriptor to read those stripes through.
+    ``first``: the dataset's first flag.
+
+    Examples
+    --------
+    >>> piece = offered_runs(offer, task, "u", runs, 0)  # doctest: +SKIP
+    """
+    runs = np.asarray(runs, dtype=np.int64)
+    stripes = np.asarray(task.stripes[name])
+    whole = np.asarray(task.whole[name]) if task.whole else np.zeros(stripes.size, bool)
+    mapped, own, file = offer["places"][name]
+    sb, sums = task.datasets[name][2], task.datasets[name][4]
+    index = np.searchsorted(stripes, runs[:, 1] // sb)
+    at_byte = runs[:, 1] - runs[:, 1] % sb
+    # the slots of the stripes the node reads and checks itself (see _prepare)
+    slot = (np.cumsum(~whole) - 1)[index] if mapped is not None else index
+    mine = whole[index] if mapped is not None else np.zeros(index.size, dtype=bool)
+    remote = np.empty(index.size, dtype=np.int64)
+    if mine.any():
+        remote[mine] = mapped + runs[mine, 1]
+    if (~mine).any():
+        remote[~mine] = own + slot[~mine] * sb + runs[~mine, 1] - at_byte[~mine]
+    check = np.full(index.size, -1, dtype=np.int64)
+    if mine.any():
+        check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
+    through = None
+    if file is not None and mine.any():
+        fd, ident, base = file
+        through = (fd, ident, base + runs[:, 1])
+    flags_at, n_flags = offer["flags"]
+    where = (
+        offer["who"],
+        remote,
+        flags_at,
+        n_flags,
+        first + index,
+        check,
+        f"{task.path}: {name}",
+        task.node,
+        through,
+    )
+    return runs[:, 0], runs[:, 2], where, at_byte
 
 
 def finish(app: tuple[int, str], served: bool = True, timeout: float = 10.0) -> dict[str, Any]:

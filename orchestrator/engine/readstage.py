@@ -23,8 +23,8 @@ import numpy as np
 from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
-from .readplan import ReadPlan, plan_reads
-from .readserver import AggregatorTask, aggregate, finish
+from .readplan import ReadPlan, copied_whole, plan_reads
+from .readserver import AggregatorTask, aggregate, finish, offered_runs
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -621,7 +621,7 @@ def read_stage(
     app_shuffle = max(shuffles, default=0.0)
     cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
-    outs, whole = {}, {}
+    outs, whole, tasks = {}, {}, {}
     for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
         io = cluster.ionodes[a.node]
         task = AggregatorTask(
@@ -651,9 +651,22 @@ def read_stage(
             stripes=a.stripes,
             pieces=a.pieces,
             local=frozenset(t for t in a.pieces if cma and hosts[targets[t]] == hosts[io]),
-            pipelined=cma and all(hosts[targets[t]] == hosts[io] for t in a.pieces),
         )
+        if cma and all(hosts[targets[t]] == hosts[io] for t in a.pieces):
+            task.pipelined = True
+            task.whole = {
+                name: copied_whole(
+                    stripes,
+                    [per[name] for per in a.pieces.values() if name in per],
+                    plan.meta[name].stripe_bytes,
+                    plan.meta[name].nbytes,
+                )
+                for name, stripes in a.stripes.items()
+            }
+            task.pieces = {}  # the node needs none: the tasks' runs are made here
+            task.local = frozenset()
         outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
+        tasks[i] = task
         # an aggregator whose tasks all copy from it sends only addresses: its whole
         # answer goes to each of them, with no task to cut it
         whole[i] = task.pipelined
@@ -666,10 +679,14 @@ def read_stage(
         nodes = sorted({cluster.ionodes[a.node] for a in live})
         client.run(finish, app, False, workers=nodes, on_error="return")
         raise
+    firsts = {i: _first_flags(tasks[i]) for i in offered}
     futures = []
     for t in range(n_tasks):
         pieces = [
-            answers[i]["pieces"][t]
+            {
+                name: offered_runs(answers[i], tasks[i], name, runs, firsts[i][name])
+                for name, runs in a.pieces[t].items()
+            }
             if whole[i]
             else client.submit(_piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False)
             for i, a in enumerate(live)
@@ -696,6 +713,15 @@ def read_stage(
         _io=sorted({cluster.ionodes[a.node] for a in live}),
     )
     return res.wait() if wait else res
+
+
+def _first_flags(task: AggregatorTask) -> dict[str, int]:
+    """Each dataset's first flag in a pipelined request (the datasets' stripes in turn)."""
+    first, at = {}, 0
+    for name, stripes in task.stripes.items():
+        first[name] = at
+        at += len(stripes)
+    return first
 
 
 def _disk_rate(cost: Any) -> float:
