@@ -691,6 +691,17 @@ def _changed_before_or_after_the_copy(cluster, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"u: stripe at byte 0 \(I/O node \d\) does not"):
         res.wait()
     assert _nothing_held(cluster)
+    # a stripe cut between two tasks is checked by its node, in place: once the tasks
+    # have copied it, it is checked again
+    (tmp_path / "cut").mkdir()
+    target = _write(cluster, tmp_path / "cut", "hdf5")
+    halves = [{"u": range(0, 200)}, {"u": range(200, 400)}]  # row 200: byte 4800
+    res = read_stage(target, halves, cluster=cluster, wait=False)
+    wait(res.futures)
+    _damage(target, 5000)
+    with pytest.raises(CheckpointError, match=r"changed during the restart.*stripe at byte 4096"):
+        res.wait()
+    assert _nothing_held(cluster)
 
 
 def _answer() -> int:

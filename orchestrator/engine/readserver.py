@@ -441,48 +441,37 @@ PENDING, CHECKED, DAMAGED, NOT_READ, READ = 0, 1, 2, 3, 4
 class _Place:
     """Where one dataset's stripes of a request are: in the mapped checkpoint
     (``mapped``, at their own offsets: no copy) or in this process's buffer ``own``
-    (slot ``k`` at ``k * stripe_bytes``). ``slot[i]``: the ``i``-th stripe's slot, -1
-    in the mapping. Mapped stripes are checked here in place (``tasks_check`` false:
-    a byte changed in the file after its check would reach the tasks, so
-    :func:`recheck` checks them again once the tasks have copied), or by the tasks
-    themselves on their own copies (true: nothing to check again)."""
+    (the ``i``-th stripe at ``i * stripe_bytes``), never both.
+
+    A mapped stripe is checked here in place — and, as a byte changed in the file
+    after its check would reach the tasks, checked again once they have copied it
+    (:func:`recheck`) — unless ``tasks_check`` says its tasks check it themselves on
+    their own copies (every one of them copies it whole)."""
 
     mapped: np.ndarray | None
     own: np.ndarray | None
-    slot: np.ndarray
-    tasks_check: bool = False
+    #: per stripe of the request: checked by the tasks (None: all checked here)
+    tasks_check: np.ndarray | None = None
     #: where the tasks may read the mapped stripes themselves: this process's descriptor
     #: of the checkpoint, its (device, inode) and the dataset's offset in it
     file: tuple[int, tuple[int, int], int] | None = None
 
-    def addresses(self, offsets: np.ndarray, stripe_bytes: int, stripes: np.ndarray) -> np.ndarray:
-        """This process's addresses of bytes at ``offsets`` of the dataset."""
-        stripe = offsets // stripe_bytes
-        slot = self.slot[np.searchsorted(stripes, stripe)]
-        out = np.empty(offsets.size, dtype=np.int64)
-        inside = slot < 0
-        if inside.any():
-            assert self.mapped is not None
-            out[inside] = self.mapped.ctypes.data + offsets[inside]
-        if (~inside).any():
-            assert self.own is not None
-            rel = offsets[~inside] - stripe[~inside] * stripe_bytes
-            out[~inside] = self.own.ctypes.data + slot[~inside] * stripe_bytes + rel
-        return out
-
     def offsets(self, offsets: np.ndarray, stripe_bytes: int, stripes: np.ndarray) -> np.ndarray:
-        """Where bytes at ``offsets`` of the dataset are in ``mapped`` or ``own`` (the
-        request keeps all its stripes in one of them)."""
-        if self.mapped is not None and (self.slot < 0).all():
+        """Where bytes at ``offsets`` of the dataset are in :attr:`buffer`."""
+        if self.mapped is not None:
             return offsets
         stripe = offsets // stripe_bytes
-        slot = self.slot[np.searchsorted(stripes, stripe)]
+        slot = np.searchsorted(stripes, stripe)
         return slot * stripe_bytes + offsets - stripe * stripe_bytes
+
+    def addresses(self, offsets: np.ndarray, stripe_bytes: int, stripes: np.ndarray) -> np.ndarray:
+        """This process's addresses of bytes at ``offsets`` of the dataset."""
+        return self.buffer.ctypes.data + self.offsets(offsets, stripe_bytes, stripes)
 
     @property
     def buffer(self) -> np.ndarray:
-        """The one buffer every stripe is in (see :meth:`offsets`)."""
-        out = self.mapped if self.own is None else self.own
+        """The mapped dataset, or the buffer holding the request's stripes."""
+        out = self.mapped if self.mapped is not None else self.own
         assert out is not None
         return out
 
@@ -492,31 +481,28 @@ def _prepare(
 ) -> dict[str, _Place]:
     """Where each dataset's stripes will be (:class:`_Place`): in place where the dataset
     is one extent of one HDF5 file, else in a buffer of this process. With
-    ``copied_whole`` (per dataset, per stripe: every task copies it whole), those
-    stripes stay in place for the tasks to check; the others — cut between tasks —
-    are read into a buffer and checked here."""
+    ``copied_whole`` (per dataset, per stripe: every task copies it whole), the tasks
+    check those stripes; the others — cut between tasks — are checked here."""
     reader = _reader(task)
     out = {}
     for name, stripes in task.stripes.items():
         _, _, sb, total, _ = task.datasets[name]
-        n = len(stripes)
         mapped = reader.dataset(name, total)
         if mapped is None:
-            out[name] = _Place(None, np.empty(n * sb, dtype=np.uint8), np.arange(n))
-        elif copied_whole is None:
-            out[name] = _Place(mapped, None, np.full(n, -1))
+            out[name] = _Place(None, np.empty(len(stripes) * sb, dtype=np.uint8))
+            continue
+        mine = None if copied_whole is None else np.asarray(copied_whole[name], dtype=bool)
+        again = np.asarray(stripes) if mine is None else np.asarray(stripes)[~mine]
+        if again.size:
             with _LOCK:
-                _RECHECK.setdefault(tuple(task.app), []).append((task, name, mapped))  # type: ignore[arg-type]
-        else:
-            whole = copied_whole[name]
-            slot = np.where(whole, -1, np.cumsum(~whole) - 1)
-            own = np.empty(int((~whole).sum()) * sb, dtype=np.uint8) if not whole.all() else None
-            out[name] = _Place(mapped, own, slot, tasks_check=True, file=reader.file(name))
+                _RECHECK.setdefault(tuple(task.app), []).append((task, name, mapped, again))  # type: ignore[arg-type]
+        out[name] = _Place(mapped, None, mine, file=reader.file(name))
     return out
 
 
-#: per application, the stripes tasks copied straight out of the checkpoint's mapping
-_RECHECK: dict[tuple[int, str], list[tuple[AggregatorTask, str, np.ndarray]]] = {}
+#: per application, the mapped stripes checked here that its tasks copied (or were cut
+#: from) afterwards: checked again once they have
+_RECHECK: dict[tuple[int, str], list[tuple[AggregatorTask, str, np.ndarray, np.ndarray]]] = {}
 
 
 def recheck(app: tuple[int, str]) -> list[str]:
@@ -532,9 +518,9 @@ def recheck(app: tuple[int, str]) -> list[str]:
     with _LOCK:
         todo = _RECHECK.pop(tuple(app), [])  # type: ignore[arg-type]
     bad = []
-    for task, name, whole in todo:
+    for task, name, whole, stripes in todo:
         _, _, sb, total, sums = task.datasets[name]
-        for s in np.asarray(task.stripes[name]).tolist():
+        for s in stripes.tolist():
             off = s * sb
             got = stripe_checksum(memoryview(whole)[off : off + min(sb, total - off)])  # type: ignore[arg-type]
             if got != sums.get(str(off)):
@@ -571,17 +557,17 @@ def _read(
             for i, s in enumerate(ids):
                 off = s * sb
                 n = min(sb, total - off)
-                k = int(place.slot[i])
+                theirs = place.tasks_check is not None and bool(place.tasks_check[i])
                 try:
-                    if k < 0:
-                        assert place.mapped is not None
+                    if place.mapped is not None:
                         view = place.mapped[off : off + n]
-                        if place.tasks_check:  # read from the disk, in this node's order
-                            fd, _, base = place.file or (None, None, 0)
-                            bring_in(view, fd, base + off)
+                        # from the disk, in this node's order (and a short file fails
+                        # here, not as SIGBUS in the check below)
+                        fd, _, base = place.file or (None, None, 0)
+                        bring_in(view, fd, base + off)
                     else:
                         assert place.own is not None
-                        view = place.own[k * sb : k * sb + n]
+                        view = place.own[i * sb : i * sb + n]
                         reader.read_into(name, off, memoryview(view))  # type: ignore[arg-type]
                 except CheckpointError:
                     raise
@@ -591,7 +577,7 @@ def _read(
                         f"cannot be read: {type(err).__name__}: {err}"
                     ) from err
                 state = READ
-                if not (k < 0 and place.tasks_check):
+                if not theirs:
                     want = sums.get(str(off))
                     got = stripe_checksum(memoryview(view))  # type: ignore[arg-type]
                     if want != got:
@@ -719,7 +705,7 @@ def offered_runs(
     """One task's runs ``[position, offset, length]`` of one dataset from a pipelined
     request (its :func:`_offer`): where each is in the I/O worker, which flag says it
     may be copied, the checksum the task checks a stripe it copies whole against (-1:
-    the node checks it), and the node's descriptor to read those stripes through.
+    the node checks it), and the node's descriptor to read the mapped ones through.
     ``first``: the dataset's first flag.
 
     Examples
@@ -728,26 +714,22 @@ def offered_runs(
     """
     runs = np.asarray(runs, dtype=np.int64)
     stripes = np.asarray(task.stripes[name])
-    whole = np.asarray(task.whole[name]) if task.whole else np.zeros(stripes.size, bool)
     mapped, own, file = offer["places"][name]
     sb, sums = task.datasets[name][2], task.datasets[name][4]
     index = np.searchsorted(stripes, runs[:, 1] // sb)
     at_byte = runs[:, 1] - runs[:, 1] % sb
-    # the slots of the stripes the node reads and checks itself (see _prepare)
-    slot = (np.cumsum(~whole) - 1)[index] if mapped is not None else index
-    mine = whole[index] if mapped is not None else np.zeros(index.size, dtype=bool)
-    remote = np.empty(index.size, dtype=np.int64)
-    if mine.any():
-        remote[mine] = mapped + runs[mine, 1]
-    if (~mine).any():
-        remote[~mine] = own + slot[~mine] * sb + runs[~mine, 1] - at_byte[~mine]
     check = np.full(index.size, -1, dtype=np.int64)
-    if mine.any():
-        check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
     through = None
-    if file is not None and mine.any():
-        fd, ident, base = file
-        through = (fd, ident, base + runs[:, 1])
+    if mapped is not None:
+        remote = mapped + runs[:, 1]
+        mine = np.asarray(task.whole[name], dtype=bool)[index] if task.whole else check < -1
+        if mine.any():
+            check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
+        if file is not None:
+            fd, ident, base = file
+            through = (fd, ident, base + runs[:, 1])
+    else:
+        remote = own + index * sb + runs[:, 1] - at_byte
     flags_at, n_flags = offer["flags"]
     where = (
         offer["who"],

@@ -347,7 +347,7 @@ def _copy_when_checked(
     dst, length, remote, flag = dst[order], length[order], remote[order], flag[order]
     check, stripe_at = check[order], stripe_at[order]
     fd = None
-    if file is not None:  # the stripes this task checks: read through the node's descriptor
+    if file is not None:  # a mapped dataset: read it through the node's descriptor
         try:
             fd = borrow(who, file[0], file[1])
             at_file = file[2][order]
@@ -381,9 +381,7 @@ def _copy_when_checked(
                     if fd is None:
                         read(who, buf, dst[batch], remote[batch], length[batch])
                     else:
-                        theirs = batch[check[batch] < 0]
-                        read(who, buf, dst[theirs], remote[theirs], length[theirs])
-                        _pread_runs(label, fd, buf, batch[check[batch] >= 0], dst, length, at_file)
+                        _pread_runs(label, fd, buf, batch, dst, length, at_file)
                     _check_copies(label, node, buf, batch, dst, length, flag, check, stripe_at)
                 todo[ready] = False
                 pause = 0.0005
