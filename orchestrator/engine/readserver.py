@@ -30,6 +30,8 @@ __all__ = [
     "finish",
     "held",
     "inject",
+    "locate",
+    "offer_here",
     "offered_runs",
     "open_gate",
     "queued",
@@ -699,50 +701,87 @@ def _offer(task: AggregatorTask) -> dict[str, Any]:
     }
 
 
-def offered_runs(
-    offer: dict[str, Any], task: AggregatorTask, name: str, runs: np.ndarray, first: int
-) -> tuple[np.ndarray, np.ndarray, tuple[Any, ...], np.ndarray]:
-    """One task's runs ``[position, offset, length]`` of one dataset from a pipelined
-    request (its :func:`_offer`): where each is in the I/O worker, which flag says it
-    may be copied, the checksum the task checks a stripe it copies whole against (-1:
-    the node checks it), and the node's descriptor to read the mapped ones through.
-    ``first``: the dataset's first flag.
+def offer_here(
+    by_worker: dict[str, list[AggregatorTask]], dask_worker: Any = None
+) -> list[dict[str, Any]]:
+    """Queue this worker's pipelined requests (``by_worker[its address]``, through
+    ``Client.run``) and return their answers (:func:`_offer`), in order.
 
     Examples
     --------
-    >>> piece = offered_runs(offer, task, "u", runs, 0)  # doctest: +SKIP
+    >>> client.run(offer_here, {io0: [task]}, workers=[io0])  # doctest: +SKIP
+    """
+    return [_offer(task) for task in by_worker.get(dask_worker.address, [])]
+
+
+def offered_runs(task: AggregatorTask, name: str, runs: np.ndarray, first: int) -> dict[str, Any]:
+    """What one task needs to copy its runs ``[position, offset, length]`` of one dataset
+    from a pipelined request, made where the restart is planned; :func:`locate` adds
+    where the request's node put them (its :func:`_offer`). Per run: its flag (``first``:
+    the dataset's first one), and the checksum the task checks its stripe against where
+    every task copying the stripe copies it whole (-1: the node checks it).
+
+    Examples
+    --------
+    >>> spec = offered_runs(task, "u", runs, 0)  # doctest: +SKIP
     """
     runs = np.asarray(runs, dtype=np.int64)
     stripes = np.asarray(task.stripes[name])
-    mapped, own, file = offer["places"][name]
     sb, sums = task.datasets[name][2], task.datasets[name][4]
     index = np.searchsorted(stripes, runs[:, 1] // sb)
     at_byte = runs[:, 1] - runs[:, 1] % sb
     check = np.full(index.size, -1, dtype=np.int64)
+    if task.whole:
+        mine = np.asarray(task.whole[name], dtype=bool)[index]
+        if mine.any():
+            check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
+    return {
+        "name": name,
+        "runs": runs,
+        "slot": index,
+        "flag": first + index,
+        "check": check,
+        "at": at_byte,
+        "label": f"{task.path}: {name}",
+        "node": task.node,
+        "stripe_bytes": sb,
+    }
+
+
+def locate(
+    spec: dict[str, Any], offer: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, tuple[Any, ...], np.ndarray]:
+    """A task's runs of a dataset (:func:`offered_runs`) where its request's node put them
+    (:func:`_offer`'s answer): in the node's mapping of the checkpoint — and through its
+    descriptor — or in its buffer; the node's flags.
+
+    Examples
+    --------
+    >>> dst, length, where, at = locate(spec, offer)  # doctest: +SKIP
+    """
+    runs, slot, at = spec["runs"], spec["slot"], spec["at"]
+    mapped, own, file = offer["places"][spec["name"]]
     through = None
     if mapped is not None:
         remote = mapped + runs[:, 1]
-        mine = np.asarray(task.whole[name], dtype=bool)[index] if task.whole else check < -1
-        if mine.any():
-            check[mine] = [int(sums.get(str(b), "-1"), 16) for b in at_byte[mine].tolist()]
         if file is not None:
             fd, ident, base = file
             through = (fd, ident, base + runs[:, 1])
     else:
-        remote = own + index * sb + runs[:, 1] - at_byte
+        remote = own + slot * spec["stripe_bytes"] + runs[:, 1] - at
     flags_at, n_flags = offer["flags"]
     where = (
         offer["who"],
         remote,
         flags_at,
         n_flags,
-        first + index,
-        check,
-        f"{task.path}: {name}",
-        task.node,
+        spec["flag"],
+        spec["check"],
+        spec["label"],
+        spec["node"],
         through,
     )
-    return runs[:, 0], runs[:, 2], where, at_byte
+    return runs[:, 0], runs[:, 2], where, at
 
 
 def finish(app: tuple[int, str], served: bool = True, timeout: float = 10.0) -> dict[str, Any]:

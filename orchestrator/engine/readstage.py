@@ -24,7 +24,7 @@ from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, copied_whole, plan_reads
-from .readserver import AggregatorTask, aggregate, finish, offered_runs
+from .readserver import AggregatorTask, aggregate, finish, offer_here, offered_runs
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -295,19 +295,25 @@ def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
 
 
 def _assemble(
-    lengths: dict[str, int], kinds: dict[str, tuple[Any, tuple[int, ...]]], *pieces: Any
+    lengths: dict[str, int], kinds: dict[str, tuple[Any, tuple[int, ...]]], pieces: list[Any]
 ) -> dict[str, np.ndarray]:
     """One task's rows, in the order it asked for them, from its pieces' byte runs: sent
     through Dask, or copied straight out of the aggregator's memory on this host."""
     from ..kernels.runs import scatter_runs
     from .cma import read
+    from .readserver import locate
 
+    # a pipelined request's piece comes as (its runs, where its node put them)
+    located: list[dict[str, Any]] = [
+        {spec["name"]: locate(spec, p[1]) for spec in p[0]} if isinstance(p, tuple) else p
+        for p in pieces
+    ]
     out = {}
     for name, n in lengths.items():
         dtype, row_shape = np.dtype(kinds[name][0]), kinds[name][1]
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
         buf = np.empty(n * row_bytes, dtype=np.uint8)
-        for piece in pieces:
+        for piece in located:
             if name not in piece:
                 continue
             if len(piece[name]) == 4:  # pipelined: copy each run once its stripe is checked
@@ -619,7 +625,10 @@ def read_stage(
     app_shuffle = max(shuffles, default=0.0)
     cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
-    outs, whole, tasks = {}, {}, {}
+    outs: dict[int, Any] = {}
+    whole: dict[int, bool] = {}
+    tasks: dict[int, AggregatorTask] = {}
+    by_worker: dict[str, list[int]] = {}
     for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
         io = cluster.ionodes[a.node]
         task = AggregatorTask(
@@ -663,43 +672,55 @@ def read_stage(
             }
             task.pieces = {}  # the node needs none: the tasks' runs are made here
             task.local = frozenset()
-        outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
         tasks[i] = task
-        # an aggregator whose tasks all copy from it sends only addresses: its whole
-        # answer goes to each of them, with no task to cut it
         whole[i] = task.pipelined
-    # a pipelined request answers at once, with addresses only: fetch the answers here
-    # and hand each task its own piece, rather than every task fetching every answer
-    offered = [i for i in outs if whole[i]]
-    try:
-        answers = dict(zip(offered, client.gather([outs[i] for i in offered]), strict=True))
-    except BaseException:  # what the other nodes queued and hold goes too
-        nodes = sorted({cluster.ionodes[a.node] for a in live})
-        client.run(finish, app, False, workers=nodes, on_error="return")
-        raise
-    firsts = {i: _first_flags(tasks[i]) for i in offered}
-    futures = []
+        if task.pipelined:  # queued below, all at once
+            by_worker.setdefault(io, []).append(i)
+        else:
+            outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
+    if by_worker:
+        # a pipelined request answers at once with a few addresses: queue them with one
+        # direct call per I/O worker, not a task each — the restart's tasks then go
+        # with their runs and those addresses, and no task waits for another's result
+        try:
+            got = client.run(
+                offer_here,
+                {w: [tasks[i] for i in idx] for w, idx in by_worker.items()},
+                workers=list(by_worker),
+            )
+        except BaseException:  # what the other nodes queued and hold goes too
+            nodes = sorted({cluster.ionodes[a.node] for a in live})
+            client.run(finish, app, False, workers=nodes, on_error="return")
+            raise
+        for w, idx in by_worker.items():
+            outs.update(zip(idx, got[w], strict=True))
+    firsts = {i: _first_flags(tasks[i]) for i in outs if whole[i]}
+    calls = []
     for t in range(n_tasks):
+        # a pipelined request's piece: the task's runs, made here, and the addresses
         pieces = [
-            {
-                name: offered_runs(answers[i], tasks[i], name, runs, firsts[i][name])
-                for name, runs in a.pieces[t].items()
-            }
+            (
+                [
+                    offered_runs(tasks[i], name, runs, firsts[i][name])
+                    for name, runs in a.pieces[t].items()
+                ],
+                outs[i],
+            )
             if whole[i]
             else client.submit(_piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False)
             for i, a in enumerate(live)
             if t in a.pieces
         ]
-        futures.append(
-            client.submit(
-                _assemble,
-                plan.lengths[t],
-                {name: kinds[name] for name in plan.lengths[t]},
-                *pieces,
-                workers=[targets[t]],
-                pure=False,
-            )
+        calls.append((plan.lengths[t], {name: kinds[name] for name in plan.lengths[t]}, pieces))
+    # one message per worker, not per task: each is a round trip of the driver's loop
+    futures = [None] * n_tasks
+    for w in dict.fromkeys(targets):
+        mine = [t for t in range(n_tasks) if targets[t] == w]
+        got = client.map(
+            _assemble, *zip(*(calls[t] for t in mine), strict=True), workers=[w], pure=False
         )
+        for t, f in zip(mine, got, strict=True):
+            futures[t] = f
     res = ReadResult(
         futures,
         plan,
