@@ -306,6 +306,40 @@ def queued() -> int:
     return total
 
 
+#: where each dataset of a checkpoint lies in its file, by the file's identity: a file
+#: is opened with h5py once, not once per restart and node
+_EXTENTS: dict[tuple[Any, ...], dict[str, int | None]] = {}
+_EXTENTS_LOCK = threading.Lock()  # its own: files are opened under _LOCK
+
+
+def _extents(path: Path, fd: int) -> dict[str, int | None]:
+    """Per dataset of an HDF5 file open as ``fd``: its offset in the file where it is one
+    contiguous extent, else None."""
+    st = os.fstat(fd)
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    with _EXTENTS_LOCK:
+        known = _EXTENTS.get(key)
+    if known is not None:
+        return dict(known)
+    import h5py
+
+    out: dict[str, int | None] = {}
+    with h5py.File(path, "r") as f:
+        for name in f:
+            ds = f[name]
+            if isinstance(ds, h5py.Dataset):
+                off = ds.id.get_offset() if ds.chunks is None else None
+                out[name] = None if off is None else int(off)
+    now = os.stat(path)
+    if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != key[1:5]:
+        raise CheckpointError(f"{path} changed while it was being opened")
+    with _EXTENTS_LOCK:
+        if len(_EXTENTS) >= 64:  # a long-lived worker reading many checkpoints
+            _EXTENTS.pop(next(iter(_EXTENTS)))
+        _EXTENTS[key] = out
+    return dict(out)
+
+
 class _Stripes:
     """Reads stripes of one checkpoint: ``pread`` where the dataset is one contiguous
     extent of one HDF5 file, the format's own reader otherwise."""
@@ -316,15 +350,12 @@ class _Stripes:
         self.fd: int | None = None
         self.map: Any = None
         if fmt == "hdf5":
-            import h5py
-
-            with h5py.File(self.path, "r") as f:
-                for name in f:
-                    ds = f[name]
-                    if isinstance(ds, h5py.Dataset):
-                        off = ds.id.get_offset() if ds.chunks is None else None
-                        self.base[name] = None if off is None else int(off)
             self.fd = os.open(self.path, os.O_RDONLY)
+            try:
+                self.base = _extents(self.path, self.fd)
+            except BaseException:
+                os.close(self.fd)
+                raise
 
     def dataset(self, name: str, nbytes: int) -> np.ndarray | None:
         """The dataset's bytes in place (the file mapped read-only: no copy), where it is
@@ -355,12 +386,15 @@ class _Stripes:
         """Ask the kernel to start reading these (offset, length) runs of a dataset now,
         all at once, where it is one extent of one file: a cold request then reads in
         large requests while its first stripes are being checked."""
+        from .pagecache import cached
+
         base = self.base.get(name)
         if self.fd is None or base is None or not hasattr(os, "posix_fadvise"):
             return
         try:
             for off, n in runs:
-                os.posix_fadvise(self.fd, base + off, n, os.POSIX_FADV_WILLNEED)
+                if not cached(self.fd, base + off, n):  # cheaper to ask than to advise
+                    os.posix_fadvise(self.fd, base + off, n, os.POSIX_FADV_WILLNEED)
         except OSError:  # a hint: the reads that follow say what is wrong, if anything
             pass
 
