@@ -5,7 +5,11 @@ over every request it holds — from every application restarting at that moment
 An aggregator task (:func:`aggregate`) queues its request here, leaves Dask's thread
 pool while it waits (``secede``: the worker's one thread runs the next aggregator,
 so the node sees every pending request), gets its stripes back, checked against
-the manifest's checksums, and cuts them into the pieces its tasks need.
+the manifest's checksums, and cuts them into the pieces its tasks need. A
+pipelined request — every task on this host — is queued by a direct call instead
+(:func:`offer_here`) and answers at once with where its stripes will be; its tasks
+copy each stripe as the node's flag lets them, and check the stripes they copy
+whole themselves (:doc:`/semantics`). :func:`finish` ends a restart here.
 """
 
 from __future__ import annotations
