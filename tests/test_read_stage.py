@@ -515,13 +515,18 @@ def test_a_damaged_checkpoint_runs_no_restarted_task(cluster, tmp_path) -> None:
     assert res.futures[0].status == "finished"  # its stripe was checked: its rows are right
     assert np.array_equal(res.futures[0].result()["u"], TRUTH_U[:100])
     # the task copies that stripe whole: it checks its own copy
-    with pytest.raises(CheckpointError, match=r"u: stripe at byte 69632 \(I/O node \d\) does not"):
+    with pytest.raises(
+        CheckpointError, match=r"u: stripe at byte 69632 \(I/O node \d\) .* as copied"
+    ):
         res.futures[1].result()
     # two tasks each copy part of it: the I/O node checks it, and the tasks say so
     halves = [{"u": range(2890, 2950)}, {"u": range(2950, 3000)}]
     res = read_stage(target, halves, cluster=cluster, wait=False)
-    with pytest.raises(CheckpointError, match=r"u: stripe at byte 69632 \(I/O node \d\) does not"):
+    with pytest.raises(
+        CheckpointError, match=r"u: stripe at byte 69632 \(I/O node \d\) does not"
+    ) as got:
         res.wait()
+    assert "as copied" not in str(got.value)  # the node's word, not a task's
     for f in res.futures:
         with pytest.raises(CheckpointError, match=r"u: the stripe at byte 69632 does not match"):
             f.result()
@@ -688,7 +693,7 @@ def _changed_before_or_after_the_copy(cluster, tmp_path: Path) -> None:
         _damage(target, 300)
     finally:
         cluster.client.run(readserver.inject, workers=cluster.ionodes)
-    with pytest.raises(CheckpointError, match=r"u: stripe at byte 0 \(I/O node \d\) does not"):
+    with pytest.raises(CheckpointError, match=r"u: stripe at byte 0 \(I/O node \d\) .* as copied"):
         res.wait()
     assert _nothing_held(cluster)
     # a stripe cut between two tasks is checked by its node, in place: once the tasks
@@ -729,3 +734,75 @@ def test_a_restart_waiting_on_its_disk_leaves_the_compute_workers_thread_to_othe
         for want, got in zip(_requests()[:2], res.gather(), strict=True):
             assert np.array_equal(got["u"], TRUTH_U[np.asarray(want["u"])])
             assert np.array_equal(got["id"], TRUTH_ID[np.asarray(want["id"])])
+
+
+def test_a_checkpoint_cut_short_under_a_restart_fails_it_and_keeps_the_workers(
+    cluster, tmp_path
+) -> None:
+    """A file truncated after the restart was queued: its node, bringing the mapped
+    stripes in, gets EFAULT instead of SIGBUS; the restart fails with the stripe named,
+    and every worker lives on to read the next checkpoint."""
+    import os as _os
+
+    target = _write(cluster, tmp_path, "hdf5")
+    pids = cluster.client.run(_os.getpid)
+    cluster.client.run(readserver.inject, hold=True, workers=cluster.ionodes)
+    try:
+        res = read_stage(target, [{"u": range(0, N)}], cluster=cluster, wait=False)
+        time.sleep(0.3)
+        with open(target, "r+b") as fh:
+            fh.truncate(8192)  # the datasets' bytes are gone
+    finally:
+        cluster.client.run(readserver.inject, workers=cluster.ionodes)
+    with pytest.raises(
+        CheckpointError, match=r"stripe at byte \d+ .*cannot be read|cannot be opened"
+    ):
+        res.wait()
+    assert cluster.client.run(_os.getpid) == pids  # nobody died
+    assert _nothing_held(cluster)
+    (tmp_path / "next").mkdir()
+    again = _write(cluster, tmp_path / "next", "hdf5")
+    got = read_stage(again, [{"u": range(0, N)}], cluster=cluster).gather()[0]["u"]
+    assert np.array_equal(got, TRUTH_U)
+
+
+def test_a_failed_restart_leaves_nothing_queued_or_kept(cluster, tmp_path) -> None:
+    """A restart failing on one node while the others are busy: their queued requests are
+    taken out, not read later for nobody, and nothing of the restart stays open."""
+    target = _write(cluster, tmp_path, "hdf5")
+    _damage(target, 300)  # stripe 0, on node 0, which the one task copies first
+    busy = cluster.ionodes[1:]
+    cluster.client.run(readserver.inject, hold=True, workers=busy)
+    try:
+        res = read_stage(target, [{"u": range(0, N)}], cluster=cluster, wait=False)
+        with pytest.raises(CheckpointError, match="stripe at byte 0"):
+            res.wait()
+        assert sum(cluster.client.run(readserver.queued, workers=busy).values()) == 0
+        assert _nothing_held(cluster)
+    finally:
+        cluster.client.run(readserver.inject, workers=busy)
+    time.sleep(0.5)  # the disks are free: nothing of the failed restart is read now
+    assert _nothing_held(cluster)
+    served = cluster.client.run(readserver.served, 1, workers=busy)
+    assert not [s for log in served.values() for s in log if tuple(s[0]) == res.application]
+
+
+def test_a_restart_whose_io_worker_is_lost_before_it_ends_fails(tmp_path) -> None:
+    """Every task has its rows, but an I/O worker dies before the restart's end could
+    check its stripes again there: the restart fails, naming it, rather than vouching
+    for rows nobody checked twice."""
+    from distributed import wait
+
+    with local_cluster(n_ionodes=2, n_compute=1) as cl:
+        target = _write(cl, tmp_path, "hdf5")
+        res = read_stage(
+            target, [{"u": range(0, 200)}, {"u": range(200, 400)}], cluster=cl, wait=False
+        )
+        wait(res.futures)
+        lost = cl.ionodes[1]
+        cl.client.submit(os._exit, 1, workers=[lost], pure=False)
+        deadline = time.monotonic() + 30
+        while lost in cl.client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(OrchestratorError, match=r"could not be ended on I/O worker|was lost"):
+            res.wait()

@@ -140,9 +140,15 @@ class _NodeServer:
             try:
                 req.result = _read(req.task, req.places, req.flags, _FAULTS.get("rate"))
             except BaseException as err:  # handed to the aggregator, raised there
-                req.error = err
+                req.error = err  # before any flag says so: finish() reports it at once
                 if req.flags is not None:  # what was not checked will not be
+                    bad = getattr(err, "flag", None)
+                    if bad is not None:
+                        req.flags[bad] = DAMAGED
                     req.flags[req.flags == PENDING] = NOT_READ
+                _forget_reader(req.task.app)  # the file may be what is wrong: open it anew
+            if _ended(req.task.app):  # what serving it opened goes with it
+                _forget_reader(req.task.app)
             req.places = req.flags = None
             req.end = time.time()
             with self.cond:
@@ -455,13 +461,17 @@ def release(app: tuple[int, str]) -> int:
             del _HELD[key]
         for key in [k for k in _REQUESTS if k[0][0] / 1e9 < now - HOLD_SECONDS]:
             del _REQUESTS[key]  # its driver never finished it
+        for key in [k for k, t in _ENDED.items() if now - t > HOLD_SECONDS]:
+            del _ENDED[key]
+        _FLAGS_KEPT[:] = [(t, f) for t, f in _FLAGS_KEPT if now - t < FLAGS_SECONDS]
     for gone in [tuple(app), *stale]:
         _forget_reader(gone)  # type: ignore[arg-type]
     return len(held)
 
 
 def held() -> int:
-    """How many applications' buffers this worker keeps for tasks to copy.
+    """How many applications this worker keeps anything for: buffers for tasks to copy,
+    requests, stripes to check again, open checkpoints.
 
     Examples
     --------
@@ -469,7 +479,10 @@ def held() -> int:
     True
     """
     with _LOCK:
-        return len(_HELD)
+        apps = set(_HELD) | set(_RECHECK) | {k[0] for k in _REQUESTS}
+        for _, users in _READERS.values():
+            apps |= users
+        return len(apps)
 
 
 #: a pipelined request's flag per stripe: not read yet, read and checked here, damaged,
@@ -586,57 +599,53 @@ def _read(
     reader = _reader(task)
     at = 0
     began, done = time.time(), 0
-    try:
-        if places is None:
-            places = _prepare(task)
-        for name, stripes in task.stripes.items():
-            _, _, sb, total, sums = task.datasets[name]
-            place = places[name]
-            ids = np.asarray(stripes).tolist()
-            reader.will_need(name, _runs(ids, sb, total))
-            for i, s in enumerate(ids):
-                off = s * sb
-                n = min(sb, total - off)
-                theirs = place.tasks_check is not None and bool(place.tasks_check[i])
-                try:
-                    if place.mapped is not None:
-                        view = place.mapped[off : off + n]
-                        # from the disk, in this node's order (and a short file fails
-                        # here, not as SIGBUS in the check below)
-                        fd, _, base = place.file or (None, None, 0)
-                        bring_in(view, fd, base + off)
-                    else:
-                        assert place.own is not None
-                        view = place.own[i * sb : i * sb + n]
-                        reader.read_into(name, off, memoryview(view))  # type: ignore[arg-type]
-                except CheckpointError:
-                    raise
-                except Exception as err:  # h5py / zarr raise their own; EFAULT: truncated
-                    raise CheckpointError(
+    if places is None:
+        places = _prepare(task)
+    for name, stripes in task.stripes.items():
+        _, _, sb, total, sums = task.datasets[name]
+        place = places[name]
+        ids = np.asarray(stripes).tolist()
+        reader.will_need(name, _runs(ids, sb, total))
+        for i, s in enumerate(ids):
+            off = s * sb
+            n = min(sb, total - off)
+            theirs = place.tasks_check is not None and bool(place.tasks_check[i])
+            try:
+                if place.mapped is not None:
+                    view = place.mapped[off : off + n]
+                    # from the disk, in this node's order (and a short file fails
+                    # here, not as SIGBUS in the check below)
+                    fd, _, base = place.file or (None, None, 0)
+                    bring_in(view, fd, base + off)
+                else:
+                    assert place.own is not None
+                    view = place.own[i * sb : i * sb + n]
+                    reader.read_into(name, off, memoryview(view))  # type: ignore[arg-type]
+            except CheckpointError:
+                raise
+            except Exception as err:  # h5py / zarr raise their own; EFAULT: truncated
+                raise CheckpointError(
+                    f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
+                    f"cannot be read: {type(err).__name__}: {err}"
+                ) from err
+            state = READ
+            if not theirs:
+                want = sums.get(str(off))
+                got = stripe_checksum(memoryview(view))  # type: ignore[arg-type]
+                if want != got:
+                    damaged = CheckpointError(
                         f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
-                        f"cannot be read: {type(err).__name__}: {err}"
-                    ) from err
-                state = READ
-                if not theirs:
-                    want = sums.get(str(off))
-                    got = stripe_checksum(memoryview(view))  # type: ignore[arg-type]
-                    if want != got:
-                        if flags is not None:
-                            flags[at + i] = DAMAGED
-                        raise CheckpointError(
-                            f"{task.path}: {name}: stripe at byte {off} (I/O node {task.node}) "
-                            f"does not match the manifest: checksum {got}, manifest says {want}"
-                        )
-                    state = CHECKED
-                done += n
-                if rate:
-                    time.sleep(max(0.0, began + done / rate - time.time()))
-                if flags is not None:
-                    flags[at + i] = state
-            at += len(stripes)
-    except BaseException:
-        _forget_reader(task.app)  # the file may be what is wrong: open it anew next time
-        raise
+                        f"does not match the manifest: checksum {got}, manifest says {want}"
+                    )
+                    damaged.flag = at + i  # type: ignore[attr-defined]  # the node flags it
+                    raise damaged
+                state = CHECKED
+            done += n
+            if rate:
+                time.sleep(max(0.0, began + done / rate - time.time()))
+            if flags is not None:
+                flags[at + i] = state
+        at += len(stripes)
     return places
 
 
@@ -658,6 +667,8 @@ _READERS: dict[tuple[str, int, int], tuple[_Stripes, set[tuple[int, str]]]] = {}
 
 
 def _reader(task: AggregatorTask) -> _Stripes:
+    if _ended(task.app):  # a request left over from a failed restart: nothing to open
+        raise CheckpointError(f"restart {task.app[1]!r} has ended; its request was not served")
     try:
         st = os.stat(task.path)
         key = (task.path, st.st_ino, st.st_ctime_ns)
@@ -706,6 +717,8 @@ def _submit(
     places: dict[str, _Place] | None = None,
     flags: np.ndarray | None = None,
 ) -> _Request:
+    if _ended(task.app):  # an aggregator late for a restart that has ended
+        raise CheckpointError(f"restart {task.app[1]!r} has ended; its request was not queued")
     req = _server(task.node).submit(task, places, flags)  # takes _LOCK itself
     with _LOCK:
         _REQUESTS[_key(task)] = req
@@ -805,8 +818,9 @@ def locate(
         if file is not None:
             fd, ident, base = file
             through = (fd, ident, base + runs[:, 1])
-    else:
+    else:  # in the node's buffer: it checked them there (the tasks need not)
         remote = own + slot * spec["stripe_bytes"] + runs[:, 1] - at
+    check = spec["check"] if mapped is not None else np.full(runs.shape[0], -1, np.int64)
     flags_at, n_flags = offer["flags"]
     where = (
         offer["who"],
@@ -814,12 +828,46 @@ def locate(
         flags_at,
         n_flags,
         spec["flag"],
-        spec["check"],
+        check,
         spec["label"],
         spec["node"],
         through,
     )
     return runs[:, 0], runs[:, 2], where, at
+
+
+#: applications whose restart has ended here (finish), by when: a request of theirs
+#: still queued is not served, and nothing of theirs is kept again
+_ENDED: dict[tuple[int, str], float] = {}
+#: a failed restart's flags, kept a while: its tasks on other workers may still read them
+_FLAGS_KEPT: list[tuple[float, np.ndarray]] = []
+FLAGS_SECONDS = 300.0
+
+
+def _ended(app: tuple[int, str]) -> bool:
+    with _LOCK:
+        return tuple(app) in _ENDED
+
+
+class _Cancelled(CheckpointError):
+    """A request taken out of its queue because its restart ended (not its reason)."""
+
+
+def _cancel_queued(app: tuple[int, str]) -> None:
+    """Take an ended application's requests out of every node's queue, failed."""
+    with _LOCK:
+        servers = list(_SERVERS.values())
+    for server in servers:
+        with server.cond:
+            gone = [r for r in server.pending if tuple(r.task.app) == tuple(app)]
+            for r in gone:
+                server.pending.remove(r)
+        for r in gone:
+            r.error = _Cancelled(f"restart {app[1]!r} ended before this request was served")
+            if r.flags is not None:
+                r.flags[r.flags == PENDING] = NOT_READ
+            r.places = r.flags = None
+            r.done.set()
 
 
 def finish(app: tuple[int, str], served: bool = True, timeout: float = 10.0) -> dict[str, Any]:
@@ -836,12 +884,23 @@ def finish(app: tuple[int, str], served: bool = True, timeout: float = 10.0) -> 
     """
     app = tuple(app)  # type: ignore[assignment]
     with _LOCK:
+        _ENDED[app] = time.time()
         mine = [k for k in _REQUESTS if k[0] == app]
         reqs = [_REQUESTS.pop(k) for k in mine]
+        kept = _HELD.get(app, (0.0, []))[1]
+        if not served:  # tasks elsewhere may still poll: they must see "not read"
+            for obj in kept:
+                if isinstance(obj, tuple):
+                    flags = obj[1]
+                    flags[flags == PENDING] = NOT_READ
+                    _FLAGS_KEPT.append((time.time(), flags))
+    _cancel_queued(app)
     out: dict[str, Any] = {"served": [], "errors": [], "changed": []}
     try:
         deadline = time.monotonic() + (timeout if served else 0.0)
         for req in reqs:
+            if isinstance(req.error, _Cancelled):
+                continue
             if req.error is not None:  # set before its flags say so: no need to wait
                 out["errors"].append(req.error)
             elif served and req.done.wait(max(0.0, deadline - time.monotonic())):

@@ -214,7 +214,7 @@ class ReadResult:
         """
         from distributed import wait
 
-        report: dict[str, list[Any]] = {"served": [], "errors": [], "changed": []}
+        report: dict[str, list[Any]] = {}
         ok = False
         try:
             while True:
@@ -227,7 +227,16 @@ class ReadResult:
             if not ok:  # a lost worker is the reason, not what its tasks saw of it
                 self._check_workers()
         finally:
+            if not ok and self._client is not None:  # a loss, an interrupt: stop the rest
+                running = [f for f in self.futures if not f.done()]
+                if running:
+                    self._client.cancel(running)
             report = self._finish(ok)
+        if ok and report.get("incomplete"):  # its second check may not have run
+            raise ClusterError(
+                f"restart {self.application[1]!r} could not be ended on I/O worker "
+                f"{report['incomplete'][0]}: its rows cannot be vouched for"
+            )
         for err in report["errors"]:  # an I/O node's reason comes before its tasks' words
             raise err
         for f in self.futures:
@@ -247,7 +256,7 @@ class ReadResult:
         let go of what the tasks copied from. Once: later calls report nothing."""
         if self._report is not None:
             return self._report
-        out: dict[str, list[Any]] = {"served": [], "errors": [], "changed": []}
+        out: dict[str, list[Any]] = {"served": [], "errors": [], "changed": [], "incomplete": []}
         if self._client is None or not self._io:
             return out
         client, self._client = self._client, None
@@ -257,11 +266,15 @@ class ReadResult:
             io = [w for w in self._io if w in live]
             got = client.run(finish, self.application, ok, workers=io, on_error="return")
         except Exception:  # a worker gone: its segments go with the next sweep
+            out["incomplete"] = list(self._io)
             return out
-        for part in got.values():
-            if isinstance(part, dict):
-                for k in out:
-                    out[k].extend(part[k])
+        for w in self._io:
+            part = got.get(w)
+            if not isinstance(part, dict):  # gone, or its finish failed
+                out["incomplete"].append(w)
+                continue
+            for k in ("served", "errors", "changed"):
+                out[k].extend(part[k])
         return out
 
     def _check_workers(self) -> None:
@@ -379,10 +392,11 @@ def _copy_when_checked(
             if ready.size:
                 if ((state[ready] == READ) & (check[ready] < 0)).any():
                     raise CheckpointError(f"{label}: a stripe was left unchecked")  # a bug
-                # batches of whole stripes (a stripe's runs share its flag, all ready)
+                # batches of whole stripes (a stripe's runs share its flag, all ready),
+                # each cut at the first stripe start past another _CHECK_BATCH bytes
                 cum = np.cumsum(length[ready])
-                cut = np.flatnonzero(np.diff(cum // _CHECK_BATCH) > 0) + 1
-                cut = cut[flag[ready][cut] != flag[ready][cut - 1]]
+                starts = np.flatnonzero(flag[ready][1:] != flag[ready][:-1]) + 1
+                cut = starts[np.diff(np.concatenate(([0], cum[starts - 1] // _CHECK_BATCH))) > 0]
                 for batch in np.split(ready, cut):
                     if fd is None:
                         read(who, buf, dst[batch], remote[batch], length[batch])
@@ -453,8 +467,8 @@ def _check_copies(
             if value & 0xFFFFFFFF != check[i]:
                 raise CheckpointError(
                     f"{label}: stripe at byte {int(stripe_at[i])} (I/O node {node}) does not "
-                    f"match the manifest: checksum {value & 0xFFFFFFFF:08x}, manifest says "
-                    f"{int(check[i]):08x}"
+                    f"match the manifest as copied: checksum {value & 0xFFFFFFFF:08x}, "
+                    f"manifest says {int(check[i]):08x}"
                 )
             value = 0
 
@@ -625,102 +639,109 @@ def read_stage(
     app_shuffle = max(shuffles, default=0.0)
     cma = shuffle == "auto" and cma_works(cluster)
     client = cluster.client
+    futures: list[Any] = [None] * n_tasks
     outs: dict[int, Any] = {}
     whole: dict[int, bool] = {}
     tasks: dict[int, AggregatorTask] = {}
     by_worker: dict[str, list[int]] = {}
-    for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
-        io = cluster.ionodes[a.node]
-        task = AggregatorTask(
-            path=str(path),
-            fmt=fmt,
-            node=a.node,
-            domain=a.domain,
-            app=app,
-            access=access,
-            policy=policy,
-            window=window,
-            threshold=float(threshold),
-            read_seconds=a.read_bytes(plan.meta) / disk,
-            shuffle_seconds=sh,
-            app_shuffle=app_shuffle,
-            datasets={
-                name: (
-                    m.dtype.str,
-                    tuple(m.shape[1:]),
-                    m.stripe_bytes,
-                    m.nbytes,
-                    m.checksums,
-                )
-                for name, m in plan.meta.items()
-                if name in a.stripes
-            },
-            stripes=a.stripes,
-            pieces=a.pieces,
-            local=frozenset(t for t in a.pieces if cma and hosts[targets[t]] == hosts[io]),
-        )
-        if cma and all(hosts[targets[t]] == hosts[io] for t in a.pieces):
-            task.pipelined = True
-            task.whole = {
-                name: copied_whole(
-                    stripes,
-                    [per[name] for per in a.pieces.values() if name in per],
-                    plan.meta[name].stripe_bytes,
-                    plan.meta[name].nbytes,
-                )
-                for name, stripes in a.stripes.items()
-            }
-            task.pieces = {}  # the node needs none: the tasks' runs are made here
-            task.local = frozenset()
-        tasks[i] = task
-        whole[i] = task.pipelined
-        if task.pipelined:  # queued below, all at once
-            by_worker.setdefault(io, []).append(i)
-        else:
-            outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
-    if by_worker:
-        # a pipelined request answers at once with a few addresses: queue them with one
-        # direct call per I/O worker, not a task each — the restart's tasks then go
-        # with their runs and those addresses, and no task waits for another's result
-        try:
+    try:
+        for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
+            io = cluster.ionodes[a.node]
+            task = AggregatorTask(
+                path=str(path),
+                fmt=fmt,
+                node=a.node,
+                domain=a.domain,
+                app=app,
+                access=access,
+                policy=policy,
+                window=window,
+                threshold=float(threshold),
+                read_seconds=a.read_bytes(plan.meta) / disk,
+                shuffle_seconds=sh,
+                app_shuffle=app_shuffle,
+                datasets={
+                    name: (
+                        m.dtype.str,
+                        tuple(m.shape[1:]),
+                        m.stripe_bytes,
+                        m.nbytes,
+                        m.checksums,
+                    )
+                    for name, m in plan.meta.items()
+                    if name in a.stripes
+                },
+                stripes=a.stripes,
+                pieces=a.pieces,
+                local=frozenset(t for t in a.pieces if cma and hosts[targets[t]] == hosts[io]),
+            )
+            if cma and all(hosts[targets[t]] == hosts[io] for t in a.pieces):
+                task.pipelined = True
+                task.whole = {
+                    name: copied_whole(
+                        stripes,
+                        [per[name] for per in a.pieces.values() if name in per],
+                        plan.meta[name].stripe_bytes,
+                        plan.meta[name].nbytes,
+                    )
+                    for name, stripes in a.stripes.items()
+                }
+                task.pieces = {}  # the node needs none: the tasks' runs are made here
+                task.local = frozenset()
+            tasks[i] = task
+            whole[i] = task.pipelined
+            if task.pipelined:  # queued below, all at once
+                by_worker.setdefault(io, []).append(i)
+            else:
+                outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
+        if by_worker:
+            # a pipelined request answers at once with a few addresses: queue them with one
+            # direct call per I/O worker, not a task each — the restart's tasks then go
+            # with their runs and those addresses, and no task waits for another's result
             got = client.run(
                 offer_here,
                 {w: [tasks[i] for i in idx] for w, idx in by_worker.items()},
                 workers=list(by_worker),
             )
-        except BaseException:  # what the other nodes queued and hold goes too
-            nodes = sorted({cluster.ionodes[a.node] for a in live})
-            client.run(finish, app, False, workers=nodes, on_error="return")
-            raise
-        for w, idx in by_worker.items():
-            outs.update(zip(idx, got[w], strict=True))
-    firsts = {i: _first_flags(tasks[i]) for i in outs if whole[i]}
-    calls = []
-    for t in range(n_tasks):
-        # a pipelined request's piece: the task's runs, made here, and the addresses
-        pieces = [
-            (
-                [
-                    offered_runs(tasks[i], name, runs, firsts[i][name])
-                    for name, runs in a.pieces[t].items()
-                ],
-                outs[i],
+            for w, idx in by_worker.items():
+                outs.update(zip(idx, got[w], strict=True))
+        firsts = {i: _first_flags(tasks[i]) for i in outs if whole[i]}
+        calls = []
+        for t in range(n_tasks):
+            # a pipelined request's piece: the task's runs, made here, and the addresses
+            pieces = [
+                (
+                    [
+                        offered_runs(tasks[i], name, runs, firsts[i][name])
+                        for name, runs in a.pieces[t].items()
+                    ],
+                    outs[i],
+                )
+                if whole[i]
+                else client.submit(
+                    _piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False
+                )
+                for i, a in enumerate(live)
+                if t in a.pieces
+            ]
+            calls.append((plan.lengths[t], {name: kinds[name] for name in plan.lengths[t]}, pieces))
+        # one message per worker, not per task: each is a round trip of the driver's loop
+        for w in dict.fromkeys(targets):
+            mine = [t for t in range(n_tasks) if targets[t] == w]
+            got = client.map(
+                _assemble, *zip(*(calls[t] for t in mine), strict=True), workers=[w], pure=False
             )
-            if whole[i]
-            else client.submit(_piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False)
-            for i, a in enumerate(live)
-            if t in a.pieces
-        ]
-        calls.append((plan.lengths[t], {name: kinds[name] for name in plan.lengths[t]}, pieces))
-    # one message per worker, not per task: each is a round trip of the driver's loop
-    futures = [None] * n_tasks
-    for w in dict.fromkeys(targets):
-        mine = [t for t in range(n_tasks) if targets[t] == w]
-        got = client.map(
-            _assemble, *zip(*(calls[t] for t in mine), strict=True), workers=[w], pure=False
-        )
-        for t, f in zip(mine, got, strict=True):
-            futures[t] = f
+            for t, f in zip(mine, got, strict=True):
+                futures[t] = f
+    except BaseException:  # nothing of this restart may stay queued, held or running
+        from distributed import Future
+
+        started_here = [f for f in [*outs.values(), *futures] if isinstance(f, Future)]
+        if started_here:
+            client.cancel(started_here)
+        nodes = sorted({cluster.ionodes[a.node] for a in live})
+        client.run(finish, app, False, workers=nodes, on_error="return")
+        raise
     res = ReadResult(
         futures,
         plan,
