@@ -849,10 +849,6 @@ def _ended(app: tuple[int, str]) -> bool:
         return tuple(app) in _ENDED
 
 
-class _Cancelled(CheckpointError):
-    """A request taken out of its queue because its restart ended (not its reason)."""
-
-
 def _cancel_queued(app: tuple[int, str]) -> None:
     """Take an ended application's requests out of every node's queue, failed."""
     with _LOCK:
@@ -863,7 +859,8 @@ def _cancel_queued(app: tuple[int, str]) -> None:
             for r in gone:
                 server.pending.remove(r)
         for r in gone:
-            r.error = _Cancelled(f"restart {app[1]!r} ended before this request was served")
+            r.error = CheckpointError(f"restart {app[1]!r} ended before this request was served")
+            r.error.cancelled = True  # type: ignore[attr-defined]  # not the restart's reason
             if r.flags is not None:
                 r.flags[r.flags == PENDING] = NOT_READ
             r.places = r.flags = None
@@ -899,7 +896,7 @@ def finish(app: tuple[int, str], served: bool = True, timeout: float = 10.0) -> 
     try:
         deadline = time.monotonic() + (timeout if served else 0.0)
         for req in reqs:
-            if isinstance(req.error, _Cancelled):
+            if getattr(req.error, "cancelled", False):
                 continue
             if req.error is not None:  # set before its flags say so: no need to wait
                 out["errors"].append(req.error)
