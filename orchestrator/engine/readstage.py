@@ -641,7 +641,6 @@ def read_stage(
     client = cluster.client
     futures: list[Any] = [None] * n_tasks
     outs: dict[int, Any] = {}
-    whole: dict[int, bool] = {}
     tasks: dict[int, AggregatorTask] = {}
     by_worker: dict[str, list[int]] = {}
     try:
@@ -689,7 +688,6 @@ def read_stage(
                 task.pieces = {}  # the node needs none: the tasks' runs are made here
                 task.local = frozenset()
             tasks[i] = task
-            whole[i] = task.pipelined
             if task.pipelined:  # queued below, all at once
                 by_worker.setdefault(io, []).append(i)
             else:
@@ -705,7 +703,7 @@ def read_stage(
             )
             for w, idx in by_worker.items():
                 outs.update(zip(idx, got[w], strict=True))
-        firsts = {i: _first_flags(tasks[i]) for i in outs if whole[i]}
+        firsts = {i: _first_flags(tasks[i]) for i in outs if tasks[i].pipelined}
         calls = []
         for t in range(n_tasks):
             # a pipelined request's piece: the task's runs, made here, and the addresses
@@ -717,7 +715,7 @@ def read_stage(
                     ],
                     outs[i],
                 )
-                if whole[i]
+                if tasks[i].pipelined
                 else client.submit(
                     _piece, outs[i], t, workers=[cluster.ionodes[a.node]], pure=False
                 )
