@@ -266,6 +266,36 @@ def test_cross_memory_reads_refuse_a_reused_pid_and_unmapped_bytes() -> None:
         cma.read(me, out, np.array([8]), np.array([src.ctypes.data]), np.array([4]))
 
 
+def test_a_process_read_from_is_known_gone_once_it_exits() -> None:
+    """A process read from once is then watched through a pidfd: once it exits, the next
+    read refuses instead of reading whatever process gets its PID."""
+    import subprocess
+    import sys
+
+    from orchestrator.engine import cma
+
+    code = (
+        "import ctypes, time; b = ctypes.create_string_buffer(b'restart', 16); "
+        "print(ctypes.addressof(b), flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        at = int(child.stdout.readline())
+        who = cma.identity(child.pid)
+        out = np.zeros(7, dtype=np.uint8)
+        for _ in range(2):  # the second read goes through the kept pidfd
+            cma.read(who, out, np.array([0]), np.array([at]), np.array([7]))
+            assert out.tobytes() == b"restart"
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    with pytest.raises(OSError, match="gone"):
+        cma.read(who, out, np.array([0]), np.array([at]), np.array([7]))
+    with pytest.raises(OSError, match="gone"):  # and stays so
+        cma.read(who, out, np.array([0]), np.array([at]), np.array([7]))
+
+
 def subprocess_pid() -> int:
     import subprocess
 

@@ -8,8 +8,8 @@ itself would make, and no socket. Where a task checks the stripes it copies itse
 it reads them through the I/O worker's own open descriptor of the checkpoint
 (:func:`borrow`, ``pidfd_getfd``): the bytes the node brought into memory, with no
 page tables of the node's mapping to fill or tear down. Every read names the
-process by PID *and* start time, checked before and after, so a PID reused by
-another process is never read.
+process by PID *and* start time, checked before and after (through a pidfd kept per
+process), so a PID reused by another process is never read.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import select
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,38 @@ def read(
 
 
 def _same(who: tuple[int, int]) -> None:
+    """Raise unless the process ``who`` names (PID and start time) is alive — so its PID
+    is not another's. Through a pidfd kept per process (a poll, where reading ``/proc``
+    at every flag read of a restart cost its tasks more than their checks)."""
+    who = (int(who[0]), int(who[1]))
+    fd = _PIDFDS.get(who)
+    if fd is None:
+        try:
+            fd = os.pidfd_open(who[0])
+        except (OSError, AttributeError):  # no pidfds here (Linux < 5.3): /proc each time
+            fd = None
+        try:
+            _same_by_proc(who)  # the pidfd names the process that offered the bytes
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            raise
+        if fd is None:
+            return
+        if _PIDFDS.setdefault(who, fd) != fd:  # another thread was first
+            os.close(fd)
+            fd = _PIDFDS[who]
+    if select.select([fd], [], [], 0)[0]:  # readable: the process has exited
+        if _PIDFDS.pop(who, None) is not None:
+            os.close(fd)
+        raise OSError(f"process {who[0]} is gone")
+
+
+#: pidfds of the processes this one has read from, by (PID, start time)
+_PIDFDS: dict[tuple[int, int], int] = {}
+
+
+def _same_by_proc(who: tuple[int, int]) -> None:
     try:
         now = identity(int(who[0]))
     except (OSError, ValueError, IndexError) as err:

@@ -31,10 +31,12 @@ from .checksums import stripe_checksum
 __all__ = [
     "AggregatorTask",
     "aggregate",
+    "deliver",
     "finish",
     "held",
     "inject",
     "locate",
+    "offer_for",
     "offer_here",
     "offered_runs",
     "open_gate",
@@ -392,21 +394,25 @@ class _Stripes:
         st = os.fstat(self.fd)
         return self.fd, (st.st_dev, st.st_ino), base
 
-    def will_need(self, name: str, runs: list[tuple[int, int]]) -> None:
+    def will_need(self, name: str, runs: list[tuple[int, int]]) -> bool:
         """Ask the kernel to start reading these (offset, length) runs of a dataset now,
         all at once, where it is one extent of one file: a cold request then reads in
-        large requests while its first stripes are being checked."""
+        large requests while its first stripes are being checked. True if every byte
+        of them is in memory already (known only where the kernel can say)."""
         from .pagecache import cached
 
         base = self.base.get(name)
         if self.fd is None or base is None or not hasattr(os, "posix_fadvise"):
-            return
+            return False
+        warm = True
         try:
             for off, n in runs:
                 if not cached(self.fd, base + off, n):  # cheaper to ask than to advise
+                    warm = False
                     os.posix_fadvise(self.fd, base + off, n, os.POSIX_FADV_WILLNEED)
         except OSError:  # a hint: the reads that follow say what is wrong, if anything
-            pass
+            return False
+        return warm
 
     def read_into(self, name: str, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the dataset's bytes from ``offset`` (no copy where ``pread``
@@ -605,8 +611,17 @@ def _read(
         _, _, sb, total, sums = task.datasets[name]
         place = places[name]
         ids = np.asarray(stripes).tolist()
-        reader.will_need(name, _runs(ids, sb, total))
-        for i, s in enumerate(ids):
+        todo: Any = range(len(ids))
+        warm = reader.will_need(name, _runs(ids, sb, total))
+        if warm and place.mapped is not None and place.tasks_check is not None and not rate:
+            # all in memory already: the stripes the tasks check are theirs at once (a
+            # stripe at a time costs this process more than the tasks' copies wait)
+            left = np.asarray(place.tasks_check, dtype=bool)
+            if flags is not None:
+                flags[at + np.flatnonzero(left)] = READ
+            todo = np.flatnonzero(~left).tolist()
+        for i in todo:
+            s = ids[i]
             off = s * sb
             n = min(sb, total - off)
             theirs = place.tasks_check is not None and bool(place.tasks_check[i])
@@ -834,6 +849,79 @@ def locate(
         through,
     )
     return runs[:, 0], runs[:, 2], where, at
+
+
+#: on a compute worker: per application, its pipelined requests' offers by request key
+#: (:func:`deliver`), or why there are none; the latest applications only
+_DELIVERED: dict[tuple[int, str], dict[Any, dict[str, Any]] | BaseException] = {}
+_DELIVERY = threading.Condition()
+DELIVERED_KEPT = 64
+#: how long a task waits for its restart's offers before it fails
+OFFER_SECONDS = 120.0
+
+
+def deliver(app: tuple[int, str], offers: dict[Any, dict[str, Any]] | BaseException) -> None:
+    """On a compute worker (through ``Client.run``): the offers of an application's
+    pipelined requests (:func:`_offer`), by request key — or the reason there are none,
+    which its waiting tasks then raise. The restart's tasks go out before the offers
+    come back from the I/O workers, and wait here for them (:func:`offer_for`).
+
+    Examples
+    --------
+    >>> deliver((0, "nothing"), {})
+    >>> offer_for((0, "nothing"), ("no", "such", "key"))
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.CheckpointError: restart 'nothing' offered no request ('no', 'such', 'key')
+    """
+    with _DELIVERY:
+        _DELIVERED[tuple(app)] = offers  # type: ignore[index]
+        while len(_DELIVERED) > DELIVERED_KEPT:
+            del _DELIVERED[next(iter(_DELIVERED))]
+        _DELIVERY.notify_all()
+
+
+def offer_for(app: tuple[int, str], key: Any, timeout: float | None = None) -> dict[str, Any]:
+    """A task's wait for its request's offer (:func:`deliver`): while it waits longer
+    than a moment, the worker's thread runs other tasks.
+
+    Examples
+    --------
+    >>> deliver((1, "one"), {("k",): {"who": (1, 2)}})
+    >>> offer_for((1, "one"), ("k",))
+    {'who': (1, 2)}
+    """
+    app = tuple(app)  # type: ignore[assignment]
+    key = tuple(key) if isinstance(key, list) else key
+    deadline = time.monotonic() + (OFFER_SECONDS if timeout is None else timeout)
+    seceded = False
+    try:
+        with _DELIVERY:
+            while app not in _DELIVERED:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CheckpointError(
+                        f"restart {app[1]!r}: its requests' offers did not come in time"
+                    )
+                if _DELIVERY.wait(min(left, 0.02)) or app in _DELIVERED:
+                    continue
+                if not seceded:  # a slow driver: the worker's thread runs other tasks
+                    _DELIVERY.release()
+                    try:
+                        seceded = secede_if_in_worker()
+                    finally:
+                        _DELIVERY.acquire()
+            got = _DELIVERED[app]
+    finally:
+        if seceded:
+            from distributed import rejoin
+
+            rejoin()
+    if isinstance(got, BaseException):
+        raise got
+    if key not in got:
+        raise CheckpointError(f"restart {app[1]!r} offered no request {key!r}")
+    return got[key]
 
 
 #: applications whose restart has ended here (finish), by when: a request of theirs

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,14 @@ from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, copied_whole, plan_reads
-from .readserver import AggregatorTask, aggregate, finish, offer_here, offered_runs
+from .readserver import (
+    AggregatorTask,
+    aggregate,
+    deliver,
+    finish,
+    offer_here,
+    offered_runs,
+)
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -314,11 +322,14 @@ def _assemble(
     through Dask, or copied straight out of the aggregator's memory on this host."""
     from ..kernels.runs import scatter_runs
     from .cma import read
-    from .readserver import locate
+    from .readserver import locate, offer_for
 
-    # a pipelined request's piece comes as (its runs, where its node put them)
+    # a pipelined request's piece comes as its runs, and where its node put them is
+    # delivered to this worker (the request's key in its application)
     located: list[dict[str, Any]] = [
-        {spec["name"]: locate(spec, p[1]) for spec in p[0]} if isinstance(p, tuple) else p
+        {spec["name"]: locate(spec, offer_for(p[1], p[2])) for spec in p[0]}
+        if isinstance(p, tuple)
+        else p
         for p in pieces
     ]
     out = {}
@@ -473,6 +484,34 @@ def _check_copies(
             value = 0
 
 
+#: checked manifests (and formats) of committed checkpoint files, by the file's identity:
+#: a restart reads its checkpoint's manifest once, not three times per call
+_MANIFESTS: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}
+
+
+def _manifest(path: Path) -> tuple[dict[str, Any], str]:
+    """The checkpoint's checked manifest and its format; a file's kept while its device,
+    inode, size and times stay the same (a stage commits a new file, never in place)."""
+    import stat
+
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    key = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        hit = _MANIFESTS.get(key)
+        if hit is not None:
+            return hit
+    got = read_checked_manifest(path), format_of(path)
+    if key is not None:
+        if len(_MANIFESTS) >= 64:
+            _MANIFESTS.clear()
+        _MANIFESTS[key] = got
+    return got
+
+
 def read_stage(
     checkpoint: str | os.PathLike[str],
     requests: Sequence[Mapping[str, Any]],
@@ -574,8 +613,7 @@ def read_stage(
     path = checkpoint_path(checkpoint).absolute()  # the workers do not share our folder
     if not path.exists():
         raise CheckpointError(f"{path} does not exist")
-    manifest = read_checked_manifest(path)
-    fmt = format_of(path)
+    manifest, fmt = _manifest(path)
     if cluster is None:
         from .cluster import local_cluster
 
@@ -643,6 +681,8 @@ def read_stage(
     outs: dict[int, Any] = {}
     tasks: dict[int, AggregatorTask] = {}
     by_worker: dict[str, list[int]] = {}
+    offering: Any = None
+    waiting: list[str] = []  # compute workers whose tasks wait for offers
     try:
         for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
             io = cluster.ionodes[a.node]
@@ -694,16 +734,19 @@ def read_stage(
                 outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
         if by_worker:
             # a pipelined request answers at once with a few addresses: queue them with one
-            # direct call per I/O worker, not a task each — the restart's tasks then go
-            # with their runs and those addresses, and no task waits for another's result
-            got = client.run(
-                offer_here,
-                {w: [tasks[i] for i in idx] for w, idx in by_worker.items()},
-                workers=list(by_worker),
+            # direct call per I/O worker, not a task each; the restart's tasks go out
+            # meanwhile with their runs, and wait on their workers for those addresses
+            import asyncio
+
+            offering = asyncio.run_coroutine_threadsafe(
+                client._run(
+                    offer_here,
+                    {w: [tasks[i] for i in idx] for w, idx in by_worker.items()},
+                    workers=list(by_worker),
+                ),
+                client.loop.asyncio_loop,
             )
-            for w, idx in by_worker.items():
-                outs.update(zip(idx, got[w], strict=True))
-        firsts = {i: _first_flags(tasks[i]) for i in outs if tasks[i].pipelined}
+        firsts = {i: _first_flags(tasks[i]) for i in tasks if tasks[i].pipelined}
         calls = []
         for t in range(n_tasks):
             # a pipelined request's piece: the task's runs, made here, and the addresses
@@ -713,7 +756,8 @@ def read_stage(
                         offered_runs(tasks[i], name, runs, firsts[i][name])
                         for name, runs in a.pieces[t].items()
                     ],
-                    outs[i],
+                    app,
+                    _delivery_key(tasks[i]),
                 )
                 if tasks[i].pipelined
                 else client.submit(
@@ -723,6 +767,8 @@ def read_stage(
                 if t in a.pieces
             ]
             calls.append((plan.lengths[t], {name: kinds[name] for name in plan.lengths[t]}, pieces))
+            if any(isinstance(p, tuple) for p in pieces) and targets[t] not in waiting:
+                waiting.append(targets[t])
         # one message per worker, not per task: each is a round trip of the driver's loop
         for w in dict.fromkeys(targets):
             mine = [t for t in range(n_tasks) if targets[t] == w]
@@ -731,9 +777,21 @@ def read_stage(
             )
             for t, f in zip(mine, got, strict=True):
                 futures[t] = f
-    except BaseException:  # nothing of this restart may stay queued, held or running
+        if offering is not None:
+            answers = offering.result()
+            offers = {}
+            for w, idx in by_worker.items():
+                for i, offer in zip(idx, answers[w], strict=True):
+                    offers[_delivery_key(tasks[i])] = offer
+            client.run(deliver, app, offers, workers=waiting)
+    except BaseException as err:  # nothing of this restart may stay queued, held or running
         from distributed import Future
 
+        if offering is not None:
+            offering.cancel()
+        if waiting:  # tasks waiting for their offers fail at once
+            why = err if isinstance(err, Exception) else CheckpointError("interrupted")
+            client.run(deliver, app, why, workers=waiting, on_error="return")
         started_here = [f for f in [*outs.values(), *futures] if isinstance(f, Future)]
         if started_here:
             client.cancel(started_here)
@@ -751,6 +809,11 @@ def read_stage(
         _io=sorted({cluster.ionodes[a.node] for a in live}),
     )
     return res.wait() if wait else res
+
+
+def _delivery_key(task: AggregatorTask) -> tuple[int, int, int]:
+    """A pipelined request's name among its application's (:func:`~.readserver.deliver`)."""
+    return (task.access, task.domain, task.node)
 
 
 def _first_flags(task: AggregatorTask) -> dict[str, int]:
