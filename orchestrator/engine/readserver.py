@@ -31,12 +31,10 @@ from .checksums import stripe_checksum
 __all__ = [
     "AggregatorTask",
     "aggregate",
-    "deliver",
     "finish",
     "held",
     "inject",
     "locate",
-    "offer_for",
     "offer_here",
     "offered_runs",
     "open_gate",
@@ -849,79 +847,6 @@ def locate(
         through,
     )
     return runs[:, 0], runs[:, 2], where, at
-
-
-#: on a compute worker: per application, its pipelined requests' offers by request key
-#: (:func:`deliver`), or why there are none; the latest applications only
-_DELIVERED: dict[tuple[int, str], dict[Any, dict[str, Any]] | BaseException] = {}
-_DELIVERY = threading.Condition()
-DELIVERED_KEPT = 64
-#: how long a task waits for its restart's offers before it fails
-OFFER_SECONDS = 120.0
-
-
-def deliver(app: tuple[int, str], offers: dict[Any, dict[str, Any]] | BaseException) -> None:
-    """On a compute worker (through ``Client.run``): the offers of an application's
-    pipelined requests (:func:`_offer`), by request key — or the reason there are none,
-    which its waiting tasks then raise. The restart's tasks go out before the offers
-    come back from the I/O workers, and wait here for them (:func:`offer_for`).
-
-    Examples
-    --------
-    >>> deliver((0, "nothing"), {})
-    >>> offer_for((0, "nothing"), ("no", "such", "key"))
-    Traceback (most recent call last):
-    ...
-    orchestrator.errors.CheckpointError: restart 'nothing' offered no request ('no', 'such', 'key')
-    """
-    with _DELIVERY:
-        _DELIVERED[tuple(app)] = offers  # type: ignore[index]
-        while len(_DELIVERED) > DELIVERED_KEPT:
-            del _DELIVERED[next(iter(_DELIVERED))]
-        _DELIVERY.notify_all()
-
-
-def offer_for(app: tuple[int, str], key: Any, timeout: float | None = None) -> dict[str, Any]:
-    """A task's wait for its request's offer (:func:`deliver`): while it waits longer
-    than a moment, the worker's thread runs other tasks.
-
-    Examples
-    --------
-    >>> deliver((1, "one"), {("k",): {"who": (1, 2)}})
-    >>> offer_for((1, "one"), ("k",))
-    {'who': (1, 2)}
-    """
-    app = tuple(app)  # type: ignore[assignment]
-    key = tuple(key) if isinstance(key, list) else key
-    deadline = time.monotonic() + (OFFER_SECONDS if timeout is None else timeout)
-    seceded = False
-    try:
-        with _DELIVERY:
-            while app not in _DELIVERED:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CheckpointError(
-                        f"restart {app[1]!r}: its requests' offers did not come in time"
-                    )
-                if _DELIVERY.wait(min(left, 0.02)) or app in _DELIVERED:
-                    continue
-                if not seceded:  # a slow driver: the worker's thread runs other tasks
-                    _DELIVERY.release()
-                    try:
-                        seceded = secede_if_in_worker()
-                    finally:
-                        _DELIVERY.acquire()
-            got = _DELIVERED[app]
-    finally:
-        if seceded:
-            from distributed import rejoin
-
-            rejoin()
-    if isinstance(got, BaseException):
-        raise got
-    if key not in got:
-        raise CheckpointError(f"restart {app[1]!r} offered no request {key!r}")
-    return got[key]
 
 
 #: applications whose restart has ended here (finish), by when: a request of theirs

@@ -25,14 +25,7 @@ from ..errors import CheckpointError, ClusterError, InputError
 from .backends import checkpoint_path, format_of, read_checked_manifest
 from .cluster import IOCluster
 from .readplan import ReadPlan, copied_whole, plan_reads
-from .readserver import (
-    AggregatorTask,
-    aggregate,
-    deliver,
-    finish,
-    offer_here,
-    offered_runs,
-)
+from .readserver import AggregatorTask, aggregate, finish, offer_here, offered_runs
 
 __all__ = ["Links", "ReadResult", "cma_works", "measure_links", "read_stage"]
 
@@ -322,14 +315,11 @@ def _assemble(
     through Dask, or copied straight out of the aggregator's memory on this host."""
     from ..kernels.runs import scatter_runs
     from .cma import read
-    from .readserver import locate, offer_for
+    from .readserver import locate
 
-    # a pipelined request's piece comes as its runs, and where its node put them is
-    # delivered to this worker (the request's key in its application)
+    # a pipelined request's piece comes as (its runs, where its node put them)
     located: list[dict[str, Any]] = [
-        {spec["name"]: locate(spec, offer_for(p[1], p[2])) for spec in p[0]}
-        if isinstance(p, tuple)
-        else p
+        {spec["name"]: locate(spec, p[1]) for spec in p[0]} if isinstance(p, tuple) else p
         for p in pieces
     ]
     out = {}
@@ -681,8 +671,6 @@ def read_stage(
     outs: dict[int, Any] = {}
     tasks: dict[int, AggregatorTask] = {}
     by_worker: dict[str, list[int]] = {}
-    offering: Any = None
-    waiting: list[str] = []  # compute workers whose tasks wait for offers
     try:
         for i, (a, sh) in enumerate(zip(live, shuffles, strict=True)):
             io = cluster.ionodes[a.node]
@@ -734,19 +722,16 @@ def read_stage(
                 outs[i] = client.submit(aggregate, task, workers=[io], pure=False)
         if by_worker:
             # a pipelined request answers at once with a few addresses: queue them with one
-            # direct call per I/O worker, not a task each; the restart's tasks go out
-            # meanwhile with their runs, and wait on their workers for those addresses
-            import asyncio
-
-            offering = asyncio.run_coroutine_threadsafe(
-                client._run(
-                    offer_here,
-                    {w: [tasks[i] for i in idx] for w, idx in by_worker.items()},
-                    workers=list(by_worker),
-                ),
-                client.loop.asyncio_loop,
+            # direct call per I/O worker, not a task each — the restart's tasks then go
+            # with their runs and those addresses, and no task waits for another's result
+            got = client.run(
+                offer_here,
+                {w: [tasks[i] for i in idx] for w, idx in by_worker.items()},
+                workers=list(by_worker),
             )
-        firsts = {i: _first_flags(tasks[i]) for i in tasks if tasks[i].pipelined}
+            for w, idx in by_worker.items():
+                outs.update(zip(idx, got[w], strict=True))
+        firsts = {i: _first_flags(tasks[i]) for i in outs if tasks[i].pipelined}
         calls = []
         for t in range(n_tasks):
             # a pipelined request's piece: the task's runs, made here, and the addresses
@@ -756,8 +741,7 @@ def read_stage(
                         offered_runs(tasks[i], name, runs, firsts[i][name])
                         for name, runs in a.pieces[t].items()
                     ],
-                    app,
-                    _delivery_key(tasks[i]),
+                    outs[i],
                 )
                 if tasks[i].pipelined
                 else client.submit(
@@ -767,8 +751,6 @@ def read_stage(
                 if t in a.pieces
             ]
             calls.append((plan.lengths[t], {name: kinds[name] for name in plan.lengths[t]}, pieces))
-            if any(isinstance(p, tuple) for p in pieces) and targets[t] not in waiting:
-                waiting.append(targets[t])
         # one message per worker, not per task: each is a round trip of the driver's loop
         for w in dict.fromkeys(targets):
             mine = [t for t in range(n_tasks) if targets[t] == w]
@@ -777,21 +759,9 @@ def read_stage(
             )
             for t, f in zip(mine, got, strict=True):
                 futures[t] = f
-        if offering is not None:
-            answers = offering.result()
-            offers = {}
-            for w, idx in by_worker.items():
-                for i, offer in zip(idx, answers[w], strict=True):
-                    offers[_delivery_key(tasks[i])] = offer
-            client.run(deliver, app, offers, workers=waiting)
-    except BaseException as err:  # nothing of this restart may stay queued, held or running
+    except BaseException:  # nothing of this restart may stay queued, held or running
         from distributed import Future
 
-        if offering is not None:
-            offering.cancel()
-        if waiting:  # tasks waiting for their offers fail at once
-            why = err if isinstance(err, Exception) else CheckpointError("interrupted")
-            client.run(deliver, app, why, workers=waiting, on_error="return")
         started_here = [f for f in [*outs.values(), *futures] if isinstance(f, Future)]
         if started_here:
             client.cancel(started_here)
@@ -809,11 +779,6 @@ def read_stage(
         _io=sorted({cluster.ionodes[a.node] for a in live}),
     )
     return res.wait() if wait else res
-
-
-def _delivery_key(task: AggregatorTask) -> tuple[int, int, int]:
-    """A pipelined request's name among its application's (:func:`~.readserver.deliver`)."""
-    return (task.access, task.domain, task.node)
 
 
 def _first_flags(task: AggregatorTask) -> dict[str, int]:
