@@ -580,6 +580,43 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
     assert set(out["median"]) == {"h5py", "read_stage", "read_stage (dask)"}
     assert all(v > 0 for v in out["ratio"].values()) and out["ratio"]["h5py"] == 1.0
     assert "h5py ÷ this" in res.stdout
+    # each run's CPU, by role: the I/O workers work only for read_stage's contenders
+    assert set(out["cpu"]) == set(out["median"]) and "CPU seconds per run" in res.stdout
+    for name, roles in out["cpu"].items():
+        assert set(roles) == {"compute", "io", "driver"} and all(v >= 0 for v in roles.values())
+        assert roles["compute"] > 0, name
+    assert out["cpu"]["read_stage"]["io"] > out["cpu"]["h5py"]["io"]
+
+
+def test_cpu_seconds_count_every_thread_of_a_process() -> None:
+    """The restart benchmark's CPU accounting sees work done in any thread."""
+    import threading
+
+    from orchestrator.bench.restart import _cpu_seconds
+
+    def burn() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+
+    me = {"here": [os.getpid()], "gone": [2**22 + 12345]}  # no such process: nothing
+    before = _cpu_seconds(me)
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    after = _cpu_seconds(me)
+    assert after["gone"] == before["gone"] == 0
+    # the thread has ended: its time is gone with it, as the docstring says; a live
+    # thread's is counted
+    burnt, done = threading.Event(), threading.Event()
+    live = threading.Thread(target=lambda: (burn(), burnt.set(), done.wait()))
+    live.start()
+    try:
+        assert burnt.wait(60)
+        assert _cpu_seconds(me)["here"] - after["here"] >= 0.2
+    finally:
+        done.set()
+        live.join()
 
 
 def test_a_lost_io_worker_fails_the_restart_instead_of_hanging(tmp_path) -> None:

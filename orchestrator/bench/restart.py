@@ -15,6 +15,12 @@ neighbours on both sides (replicas). Contenders, interleaved, ``repeat`` times:
 Each contender ends when every task holds its rows on its worker. ``cold`` drops the
 page cache before every run (root): then both read the disk.
 
+Beside its time, each run's CPU time is taken per role — the compute workers, the I/O
+workers, this process (the driver, and the scheduler where it runs here) — from every
+thread's ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds): on a machine whose cores
+the I/O workers share with the tasks, a contender's total CPU over the cores bounds
+its time from below, and says what the verified read costs beyond h5py's.
+
 Examples
 --------
 >>> rows = run("out/bench-restart", gib=0.25, repeat=1)  # doctest: +SKIP
@@ -23,6 +29,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -124,7 +131,11 @@ def run(
     client = cluster.client
     read_stage(path, [{"u": range(10)}], cluster=cluster)  # kernels compiled, links measured
 
-    def h5() -> float:
+    pids = _roles(cluster)
+    Run = tuple[float, dict[str, float]]
+
+    def h5() -> Run:
+        c0 = _cpu_seconds(pids)
         t0 = time.perf_counter()
         futs = [
             client.submit(_h5py_task, str(path), lo, hi, workers=[w], pure=False)
@@ -132,30 +143,37 @@ def run(
         ]
         wait(futs)
         seconds = time.perf_counter() - t0
+        c1 = _cpu_seconds(pids)
         _check(futs[1].result(), spans[1])
         cluster.release(futs)
-        return seconds
+        return seconds, {k: c1[k] - c0[k] for k in c1}
 
-    def ours(shuffle: str) -> Callable[[], float]:
-        def go() -> float:
+    def ours(shuffle: str) -> Callable[[], Run]:
+        def go() -> Run:
+            c0 = _cpu_seconds(pids)
             t0 = time.perf_counter()
             res = read_stage(path, requests, cluster=cluster, workers=where, shuffle=shuffle)
             seconds = time.perf_counter() - t0
+            c1 = _cpu_seconds(pids)
             _check(res.futures[1].result()["u"], spans[1])
             cluster.release(res.futures)
-            return seconds
+            return seconds, {k: c1[k] - c0[k] for k in c1}
 
         return go
 
     contenders = {"h5py": h5, "read_stage": ours("auto"), "read_stage (dask)": ours("dask")}
     times: dict[str, list[float]] = {k: [] for k in contenders}
+    cpu: dict[str, list[dict[str, float]]] = {k: [] for k in contenders}
     for r in range(repeat):
         for name, go in contenders.items():
             note(f"{name}, run {r + 1} of {repeat}")
             if cold:
                 _drop_caches()
-            times[name].append(go())
+            seconds, used = go()
+            times[name].append(seconds)
+            cpu[name].append(used)
     median = {k: statistics.median(v) for k, v in times.items()}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "gib": gib,
         "tasks": tasks,
@@ -168,7 +186,45 @@ def run(
         "copy_rate": _copy_rate(),
         "ionodes": cluster.n_ionodes,
         "compute": len(cluster.compute),
+        "cores": cores,
+        # per contender and role, the median CPU seconds of a run
+        "cpu": {
+            k: {role: statistics.median(run[role] for run in v) for role in v[0]}
+            for k, v in cpu.items()
+        },
     }
+
+
+def _roles(cluster: IOCluster) -> dict[str, list[int]]:
+    """The processes of each role: compute workers, I/O workers, this one."""
+    got = cluster.client.run(os.getpid)
+    io = set(cluster.ionodes)
+    return {
+        "compute": [p for w, p in got.items() if w not in io],
+        "io": [p for w, p in got.items() if w in io],
+        "driver": [os.getpid()],
+    }
+
+
+def _cpu_seconds(roles: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds each role's processes have run so far (a thread that has ended since
+    the last reading is not counted: a restart starts none of its own)."""
+    out = {}
+    for role, pids in roles.items():
+        ns = 0
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:  # gone: a lost worker's time is not ours to count
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+                        ns += int(fh.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    continue
+        out[role] = ns / 1e9
+    return out
 
 
 def _check(rows: np.ndarray, span: tuple[int, int]) -> None:

@@ -896,6 +896,18 @@ def bench_restart(
             f"{res['ratio'][name]:.2f}",
         )
     console.print(t)
+    u = Table(title=f"CPU seconds per run (median), {res['cores']} cores")
+    for col in ("contender", "compute", "I/O", "driver", "total", "total ÷ cores (s)"):
+        u.add_column(col, justify="right")
+    for name, roles in res["cpu"].items():
+        total = sum(roles.values())
+        u.add_row(
+            name,
+            *(f"{roles[r]:.3f}" for r in ("compute", "io", "driver")),
+            f"{total:.3f}",
+            f"{total / res['cores']:.3f}",
+        )
+    console.print(u)
     console.print(
         f"one memory copy in one process: {res['copy_rate'] / 1e9:.1f} GB/s (the bound of a "
         "read from the page cache)"
