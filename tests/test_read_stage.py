@@ -182,6 +182,21 @@ def test_the_copy_kernels_are_slices(data) -> None:
     out2 = np.zeros_like(out)
     copy_runs(out2, dst, buf, src, length)
     assert out2.tobytes() == want
+    # the engine's copies: a slice per run or the kernels, by the runs' sizes — both
+    from orchestrator.engine import copies
+
+    for bar in (0, 1 << 30):  # every run a slice; every run to the kernels
+        copies.SLICE_BYTES, copies.SLICE_RUNS = bar, 0 if bar else 1 << 30
+        try:
+            assert copies.gather(buf, src, length).tobytes() == want
+            out3 = np.zeros_like(out)
+            copies.scatter(out3, dst, length, got)
+            assert out3.tobytes() == want
+            out4 = np.zeros_like(out)
+            copies.copy(out4, dst, buf, src, length)
+            assert out4.tobytes() == want
+        finally:
+            copies.SLICE_BYTES, copies.SLICE_RUNS = 4096, 64
 
 
 def test_bad_requests_are_named() -> None:

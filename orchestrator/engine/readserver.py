@@ -980,8 +980,8 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
     req.done.wait()
     if req.error is not None:
         raise req.error
-    from ..kernels.runs import gather_runs  # Numba: only in the workers that read
     from .cma import identity
+    from .copies import gather
 
     places, req.result = req.result, None
     cut = time.time()
@@ -989,7 +989,7 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
     pieces: dict[int, dict[str, tuple[np.ndarray, np.ndarray, Any]]] = {}
     kept = set()
     for t, per in task.pieces.items():
-        piece = {}
+        piece: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
         for name, runs in per.items():
             runs = np.asarray(runs, dtype=np.int64)
             place, stripes = places[name], np.asarray(task.stripes[name])
@@ -1002,7 +1002,7 @@ def aggregate(task: AggregatorTask) -> dict[str, Any]:
                     kept.add(name)
             else:
                 src = place.offsets(runs[:, 1], sb, stripes)
-                piece[name] = (runs[:, 0], runs[:, 2], gather_runs(place.buffer, src, runs[:, 2]))
+                piece[name] = (runs[:, 0], runs[:, 2], gather(place.buffer, src, runs[:, 2]))
         pieces[t] = piece
     req.cut = time.time() - cut
     return {"pieces": pieces}

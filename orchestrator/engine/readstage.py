@@ -313,8 +313,8 @@ def _assemble(
 ) -> dict[str, np.ndarray]:
     """One task's rows, in the order it asked for them, from its pieces' byte runs: sent
     through Dask, or copied straight out of the aggregator's memory on this host."""
-    from ..kernels.runs import scatter_runs
     from .cma import read
+    from .copies import scatter
     from .readserver import locate
 
     # a pipelined request's piece comes as (its runs, where its node put them)
@@ -342,7 +342,7 @@ def _assemble(
                         f"{name}: the rows of an I/O worker on this host could not be copied: {err}"
                     ) from err
             else:
-                scatter_runs(buf, dst, length, data)
+                scatter(buf, dst, length, data)
         out[name] = buf.view(dtype).reshape((n, *row_shape))
     return out
 
