@@ -379,6 +379,44 @@ def _nothing_held(cluster) -> bool:
     return sum(cluster.client.run(readserver.held, workers=cluster.ionodes).values()) == 0
 
 
+@pytest.mark.parametrize("shuffle", ["auto", "dask"])
+def test_released_rows_leave_nothing_on_any_worker(cluster, tmp_path, shuffle) -> None:
+    """Once a restart's futures are released, no worker keeps its aggregators' pieces —
+    whatever Python objects of the call may still be waiting for the cyclic collector
+    (a restart held up past ``wait``'s poll leaves the call's frames in a cycle)."""
+    import gc
+    import threading
+
+    target = _write(cluster, tmp_path, "hdf5")
+    before = cluster.client.run(lambda dask_worker=None: set(dask_worker.data))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for slow in (False, True):
+            if slow:  # the I/O nodes held past the 2 s poll of ReadResult.wait
+                cluster.client.run(readserver.inject, hold=True, workers=cluster.ionodes)
+                gate = threading.Timer(
+                    2.5,
+                    lambda: cluster.client.run(readserver.inject, workers=cluster.ionodes),
+                )
+                gate.start()
+            res = read_stage(target, _requests(), cluster=cluster, shuffle=shuffle)
+            cluster.release(res.futures)
+            del res
+        deadline = time.monotonic() + 10
+        while True:
+            now = cluster.client.run(lambda dask_worker=None: set(dask_worker.data))
+            left = {w: keys - before.get(w, set()) for w, keys in now.items()}
+            if not any(left.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        if enabled:
+            gc.enable()
+    assert not any(left.values()), left
+    assert _nothing_held(cluster)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_task_gets_its_rows_from_every_format(cluster, tmp_path, fmt) -> None:
     target = _write(cluster, tmp_path, fmt)

@@ -590,7 +590,8 @@ def _wait_watching(
             # wait() asks for a default client; a Parsl worker has none
             with cl.client.as_current():
                 done, not_done = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except TimeoutError as err:
+            err.__traceback__ = None  # it would keep the callers' frames in a cycle
             done = {f for f in pending if f.done()}
             not_done = {f for f in pending if not f.done()}
         except CancelledError as err:

@@ -222,7 +222,11 @@ class ReadResult:
                 try:
                     wait(self.futures, timeout=2.0)
                     break
-                except TimeoutError:
+                except TimeoutError as slow:
+                    # Dask's sync keeps the error in a closure of its frame: the traceback
+                    # would hold every caller's frame (their futures, their rows' pieces)
+                    # until the cyclic collector runs
+                    slow.__traceback__ = None
                     self._check_workers()  # pinned tasks wait for ever for a lost worker
             ok = all(f.status == "finished" for f in self.futures)
             if not ok:  # a lost worker is the reason, not what its tasks saw of it
@@ -759,6 +763,13 @@ def read_stage(
             )
             for t, f in zip(mine, got, strict=True):
                 futures[t] = f
+        # the aggregators' rows stay on their workers while the tasks that take them
+        # need them, not while something here happens to hold their futures
+        from distributed import Future
+
+        for f in [*outs.values(), *(p for call in calls for p in call[2])]:
+            if isinstance(f, Future):
+                f.release()
     except BaseException:  # nothing of this restart may stay queued, held or running
         from distributed import Future
 

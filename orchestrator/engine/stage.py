@@ -227,7 +227,8 @@ def _wait_computed(
         _check_not_lost([k for k, t in since.items() if now - t >= LOST_AFTER])
         try:
             wait(futures, timeout=poll)
-        except TimeoutError:
+        except TimeoutError as err:
+            err.__traceback__ = None  # it would keep the callers' frames in a cycle
             futures = [f for f in futures if not f.done()]
         except CancelledError:  # (Dask's FuturesCancelledError)
             _check_not_lost([f.key for f in futures if f.cancelled()] or ["?"])
