@@ -642,13 +642,14 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
 
 
 def test_cpu_seconds_count_every_thread_of_a_process() -> None:
-    """The restart benchmark's CPU accounting sees work done in any thread."""
+    """The restart benchmark's CPU accounting sees work done in any thread, one that
+    has ended too (Dask's pool starts and ends threads as tasks wait on disks)."""
     import threading
 
     from orchestrator.bench.restart import _cpu_seconds
 
     def burn() -> None:
-        end = time.thread_time() + 0.2
+        end = time.thread_time() + 0.3
         while time.thread_time() < end:
             pass
 
@@ -659,17 +660,7 @@ def test_cpu_seconds_count_every_thread_of_a_process() -> None:
     worker.join()
     after = _cpu_seconds(me)
     assert after["gone"] == before["gone"] == 0
-    # the thread has ended: its time is gone with it, as the docstring says; a live
-    # thread's is counted
-    burnt, done = threading.Event(), threading.Event()
-    live = threading.Thread(target=lambda: (burn(), burnt.set(), done.wait()))
-    live.start()
-    try:
-        assert burnt.wait(60)
-        assert _cpu_seconds(me)["here"] - after["here"] >= 0.2
-    finally:
-        done.set()
-        live.join()
+    assert after["here"] - before["here"] >= 0.25  # 10 ms ticks
 
 
 def test_a_lost_io_worker_fails_the_restart_instead_of_hanging(tmp_path) -> None:

@@ -16,10 +16,11 @@ Each contender ends when every task holds its rows on its worker. ``cold`` drops
 page cache before every run (root): then both read the disk.
 
 Beside its time, each run's CPU time is taken per role — the compute workers, the I/O
-workers, this process (the driver, and the scheduler where it runs here) — from every
-thread's ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds): on a machine whose cores
-the I/O workers share with the tasks, a contender's total CPU over the cores bounds
-its time from below, and says what the verified read costs beyond h5py's.
+workers, this process (the driver, and the scheduler where it runs here) — from
+``/proc/<pid>/stat`` (clock ticks: 10 ms a process, so read medians over several
+runs): on a machine whose cores the I/O workers share with the tasks, a contender's
+total CPU over the cores bounds its time from below, and says what the verified read
+costs beyond h5py's.
 
 Examples
 --------
@@ -207,23 +208,23 @@ def _roles(cluster: IOCluster) -> dict[str, list[int]]:
 
 
 def _cpu_seconds(roles: dict[str, list[int]]) -> dict[str, float]:
-    """CPU seconds each role's processes have run so far (a thread that has ended since
-    the last reading is not counted: a restart starts none of its own)."""
+    """CPU seconds each role's processes have run so far, threads that have ended
+    included (a task that waits on a disk leaves Dask's pool, which starts a thread
+    and ends one later): ``/proc/<pid>/stat``'s user and system time, in clock ticks."""
+    tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for role, pids in roles.items():
-        ns = 0
+        ticks = 0
         for pid in pids:
             try:
-                tids = os.listdir(f"/proc/{pid}/task")
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    stat = fh.read()
             except OSError:  # gone: a lost worker's time is not ours to count
                 continue
-            for tid in tids:
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
-                        ns += int(fh.read().split()[0])
-                except (OSError, ValueError, IndexError):
-                    continue
-        out[role] = ns / 1e9
+            # the command may hold spaces and parentheses: the fields follow the last ")"
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        out[role] = ticks / tick
     return out
 
 

@@ -896,7 +896,7 @@ def bench_restart(
             f"{res['ratio'][name]:.2f}",
         )
     console.print(t)
-    u = Table(title=f"CPU seconds per run (median), {res['cores']} cores")
+    u = Table(title=f"CPU seconds per run (median; 10 ms ticks), {res['cores']} cores")
     for col in ("contender", "compute", "I/O", "driver", "total", "total ÷ cores (s)"):
         u.add_column(col, justify="right")
     for name, roles in res["cpu"].items():
