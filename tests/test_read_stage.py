@@ -379,6 +379,28 @@ def _nothing_held(cluster) -> bool:
     return sum(cluster.client.run(readserver.held, workers=cluster.ionodes).values()) == 0
 
 
+def test_a_restart_from_the_disk_gets_every_row(cluster, tmp_path) -> None:
+    """Stripes not in memory are read by their node (in its order) before the tasks copy
+    them: the rows are the checkpoint's, and the file is in memory afterwards."""
+    from orchestrator.engine.pagecache import cached
+
+    target = _write(cluster, tmp_path, "hdf5")
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        size = os.fstat(fd).st_size
+        if cached(fd, 0, size):
+            pytest.skip("the kernel kept the file in memory")
+        reqs = _requests()
+        for shuffle in ("auto", "dask"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            _check(reqs, read_stage(target, reqs, cluster=cluster, shuffle=shuffle).gather())
+        assert _nothing_held(cluster)
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("shuffle", ["auto", "dask"])
 def test_released_rows_leave_nothing_on_any_worker(cluster, tmp_path, shuffle) -> None:
     """Once a restart's futures are released, no worker keeps its aggregators' pieces —

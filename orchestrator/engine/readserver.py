@@ -629,7 +629,10 @@ def _read(
                     # from the disk, in this node's order (and a short file fails
                     # here, not as SIGBUS in the check below)
                     fd, _, base = place.file or (None, None, 0)
-                    bring_in(view, fd, base + off)
+                    if theirs and fd is not None:  # read, not mapped: no page tables
+                        _read_through(fd, base + off, n)
+                    else:
+                        bring_in(view, fd, base + off)
                 else:
                     assert place.own is not None
                     view = place.own[i * sb : i * sb + n]
@@ -660,6 +663,29 @@ def _read(
                 flags[at + i] = state
         at += len(stripes)
     return places
+
+
+_SCRATCH = threading.local()
+
+
+def _read_through(fd: int, offset: int, length: int) -> None:
+    """Bring bytes of the file into memory by reading them into a scratch buffer of this
+    thread (unless they are there already): the disk read in this node's order, without
+    mapping them; a file shorter than that fails as EFAULT would."""
+    from .pagecache import cached
+
+    if cached(fd, offset, length):
+        return
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None:
+        buf = _SCRATCH.buf = np.empty(8 << 20, dtype=np.uint8)
+    view = memoryview(buf)  # type: ignore[arg-type]
+    while length > 0:
+        got = os.preadv(fd, [view[: min(length, len(view))]], offset)
+        if got <= 0:
+            raise OSError(14, "Bad address: the file ends before the stripe does")
+        offset += got
+        length -= got
 
 
 def _runs(stripes: list[int], sb: int, total: int) -> list[tuple[int, int]]:
