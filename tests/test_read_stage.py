@@ -379,6 +379,33 @@ def _nothing_held(cluster) -> bool:
     return sum(cluster.client.run(readserver.held, workers=cluster.ionodes).values()) == 0
 
 
+def test_a_workers_first_node_loads_the_read_policies_aside() -> None:
+    """The policies' kernels are loaded beside a worker's first node server, not when
+    two requests first wait there (a second's stall of everything queued)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time, threading\n"
+        "from orchestrator.engine import readserver\n"
+        "assert 'orchestrator.reads' not in sys.modules\n"
+        "readserver._server(0)\n"
+        "names = [t.name for t in threading.enumerate()]\n"
+        "assert readserver.LOADER in names, names\n"
+        "end = time.time() + 120\n"
+        "while any(t.name == readserver.LOADER for t in threading.enumerate()):\n"
+        "    assert time.time() < end\n"
+        "    time.sleep(0.01)\n"
+        "from orchestrator.kernels import reads\n"
+        "loaded = [f for f in vars(reads).values() if getattr(f, 'signatures', None)]\n"
+        "assert loaded, 'no ordering kernel was loaded'\n"
+        "readserver._server(1)\n"
+        "assert readserver.LOADER not in [t.name for t in threading.enumerate()]\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_a_restart_from_the_disk_gets_every_row(cluster, tmp_path) -> None:
     """Stripes not in memory are read by their node (in its order) before the tasks copy
     them: the rows are the checkpoint's, and the file is in memory afterwards."""
