@@ -41,6 +41,7 @@ import numpy as np
 
 from ..contributions import Contribution, DatasetSpec
 from ..engine.cluster import IOCluster, local_cluster
+from ..engine.readserver import policies_loaded
 from ..engine.readstage import read_stage
 from ..engine.stage import write_stage
 from ..errors import InputError
@@ -131,6 +132,7 @@ def run(
     where = [cluster.compute_worker(t) for t in range(tasks)]
     client = cluster.client
     read_stage(path, [{"u": range(10)}], cluster=cluster)  # kernels compiled, links measured
+    cluster.client.run(policies_loaded, workers=cluster.ionodes)
 
     pids = _roles(cluster)
     Run = tuple[float, dict[str, float]]
