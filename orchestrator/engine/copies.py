@@ -19,11 +19,9 @@ SLICE_BYTES = 4096
 SLICE_RUNS = 64
 
 
-def _slices(length: np.ndarray, small: int | None = None) -> bool:
+def _slices(length: np.ndarray) -> bool:
     k = int(length.size)
-    if k <= SLICE_RUNS:
-        return True
-    return int(length.sum()) >= k * (SLICE_BYTES if small is None else small)
+    return k <= SLICE_RUNS or int(length.sum()) >= k * SLICE_BYTES
 
 
 def gather(buf: np.ndarray, src: np.ndarray, length: np.ndarray) -> np.ndarray:
