@@ -198,20 +198,32 @@ def realized_gantt(
     start: Any,
     end: Any,
     path: str | os.PathLike[str] | None = None,
+    *,
+    began: Any = None,
+    flush_start: Any = None,
+    flush_end: Any = None,
 ) -> Figure:
     """Planned (top) and realized (bottom) Gantt charts of a dispatched stage, per I/O node.
 
-    ``unit, ionode, start, end`` are the columns of a dispatch trace
-    (:class:`orchestrator.engine.stage.Trace`); bars are coloured by client.
+    ``unit, ionode, start, end`` are the writes of a dispatch trace
+    (:meth:`orchestrator.engine.trace.Trace.writes`); bars are coloured by
+    client. ``began``, ``flush_start`` and ``flush_end`` (one per I/O node,
+    the trace's fields of those names) complete the realized row: grey from
+    the node's start (or its first write, if a source began before the
+    node's task) to its flush (fetching, or waiting for bytes), the
+    writes on it, and the flush (fsync) in black. The realized title's
+    makespan is then the trace's (:attr:`~orchestrator.engine.trace.Trace.makespan`),
+    the figure a stage's results report. Both panels share the time axis.
 
     Examples
     --------
     >>> import numpy as np, orchestrator as orc
     >>> ts = orc.TransferSet([0, 1], [0, 0], [2, 3])
     >>> plan = orc.schedule(ts, "ecf", cost=orc.CostModel(1.0, 1.0))
-    >>> fig = realized_gantt(plan, [0, 1], [0, 0], [0.0, 2.5], [2.0, 5.5])
-    >>> len(fig.axes)
-    2
+    >>> fig = realized_gantt(plan, [0, 1], [0, 0], [0.5, 2.5], [2.0, 5.5],
+    ...                      began=[0.0], flush_start=[5.5], flush_end=[6.0])
+    >>> fig.axes[1].get_title()
+    'ecf realized: makespan 6 s (grey: fetching or waiting, black: fsync)'
     >>> close(fig)
     """
     plt = _pyplot()
@@ -219,12 +231,22 @@ def realized_gantt(
     start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
     n_rows = plan.transfers.n_ionodes
     n_clients = plan.transfers.n_clients
+    node = [
+        None if a is None else np.asarray(a, dtype=float).reshape(-1)
+        for a in (began, flush_start, flush_end)
+    ]
+    for name, a in zip(("began", "flush_start", "flush_end"), node, strict=True):
+        if a is not None and a.size != n_rows:
+            raise InputError(f"{name} must hold one time per I/O node ({n_rows}), got {a.size}")
+    t_began, t_flush0, t_flush1 = node
     cmap = plt.get_cmap("tab20" if n_clients <= 20 else "viridis")
 
     def colour(c: int) -> Any:
         return cmap(c % 20 if n_clients <= 20 else c / max(1, n_clients - 1))
 
-    fig, axes = plt.subplots(2, 1, figsize=(9, 2 * max(2.0, min(6.0, 0.35 * n_rows + 1.2))))
+    fig, axes = plt.subplots(
+        2, 1, sharex=True, figsize=(9, 2 * max(2.0, min(6.0, 0.35 * n_rows + 1.2)))
+    )
     panels = (
         (
             "planned",
@@ -236,7 +258,17 @@ def realized_gantt(
         ("realized", unit, ionode, start, end),
     )
     for ax, (label, units, rows, s0, s1) in zip(axes, panels, strict=True):
+        realized = label == "realized"
+        first, last = (float(s0.min()), float(s1.max())) if len(s1) else (0.0, 0.0)
         for r in range(n_rows):
+            if realized and t_began is not None:
+                # the node's whole life in the stage: the gaps between its writes are its
+                # fetches and waits, which the stage's write time counts. Sources handed
+                # their first writes ahead may start before the node's task does
+                go = min(float(t_began[r]), float(s0[rows == r].min(initial=np.inf)))
+                stop = t_flush0[r] if t_flush0 is not None else s1[rows == r].max(initial=go)
+                ax.broken_barh([(go, stop - go)], (r - 0.4, 0.8), facecolors="0.85")
+                first = min(first, go)
             mine = rows == r
             spans = list(zip(s0[mine], (s1 - s0)[mine], strict=True))
             shades = [colour(int(plan.client[u])) for u in np.asarray(units)[mine]]
@@ -246,12 +278,22 @@ def realized_gantt(
                 (r - 0.4, 0.8),
                 facecolors=shades,
                 edgecolor="black",
-                linewidth=0.3 if label == "planned" else 0.0,
+                linewidth=0.0 if realized else 0.3,
             )
+            if realized and t_flush0 is not None and t_flush1 is not None:
+                ax.broken_barh(
+                    [(t_flush0[r], t_flush1[r] - t_flush0[r])], (r - 0.4, 0.8), facecolors="black"
+                )
+                last = max(last, float(t_flush1[r]))
         ax.set_ylim(-0.6, n_rows - 0.4)
         ax.set_ylabel("I/O node")
-        span = float(s1.max() - min(0.0, float(s0.min()))) if len(s1) else 0.0
-        ax.set_title(f"{plan.policy} {label}: makespan {span:.4g} s", fontsize=10)
+        if n_rows <= 32:
+            ax.set_yticks(range(n_rows))
+        span = last - min(0.0, first) if len(s1) else 0.0
+        head = f"{plan.policy} {label}: makespan {span:.4g} s"
+        if realized and t_began is not None:
+            head += " (grey: fetching or waiting, black: fsync)"
+        ax.set_title(head, fontsize=10)
     axes[1].set_xlabel("time (s)")
     return _finish(fig, path)
 

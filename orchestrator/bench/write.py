@@ -428,7 +428,16 @@ def run(
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
                 assert res.plan is not None  # a benchmark stage has rows
-                close(realized_gantt(res.plan, *tr.writes(), path=gantt_dir / name))
+                close(
+                    realized_gantt(
+                        res.plan,
+                        *tr.writes(),
+                        path=gantt_dir / name,
+                        began=tr.began,
+                        flush_start=tr.flush_start,
+                        flush_end=tr.flush_end,
+                    )
+                )
             remove_path(target)
             return res.seconds, res
 
