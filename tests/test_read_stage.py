@@ -679,9 +679,13 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
     )
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads((tmp_path / "results.json").read_text())
-    assert set(out["median"]) == {"h5py", "read_stage", "read_stage (dask)"}
+    bound = "h5py + CRC-32 of its rows"
+    assert set(out["median"]) == {"h5py", bound, "read_stage", "read_stage (dask)"}
     assert all(v > 0 for v in out["ratio"].values()) and out["ratio"]["h5py"] == 1.0
-    assert "h5py ÷ this" in res.stdout
+    assert out["of_checked_bound"][bound] == 1.0
+    ratios = out["of_checked_bound"]["read_stage"], out["ratio"]["read_stage"]
+    assert ratios[0] == pytest.approx(ratios[1] * out["median"][bound] / out["median"]["h5py"])
+    assert "h5py ÷ this" in res.stdout and "checked bound ÷ this" in res.stdout
     # each run's CPU, by role: the I/O workers work only for read_stage's contenders
     assert set(out["cpu"]) == set(out["median"]) and "CPU seconds per run" in res.stdout
     for name, roles in out["cpu"].items():

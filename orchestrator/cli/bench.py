@@ -884,7 +884,7 @@ def bench_restart(
         title=f"{res['bytes'] / 2**30:.2f} GiB into {tasks} tasks ({res['ionodes']} I/O workers, "
         f"{res['compute']} compute; {'cold' if cold else 'warm'} page cache)"
     )
-    for c in ("contender", "runs (s)", "median (s)", "GB/s", "h5py ÷ this"):
+    for c in ("contender", "runs (s)", "median (s)", "GB/s", "h5py ÷ this", "checked bound ÷ this"):
         t.add_column(c, justify="right")
     for name, runs in res["seconds"].items():
         med = res["median"][name]
@@ -894,8 +894,14 @@ def bench_restart(
             f"{med:.2f}",
             f"{res['bytes'] / med / 1e9:.2f}",
             f"{res['ratio'][name]:.2f}",
+            f"{res['of_checked_bound'][name]:.2f}",
         )
     console.print(t)
+    console.print(
+        f"checked bound: {rbench.CHECKED!r}, h5py's read plus one CRC-32 pass over every "
+        "byte it delivers, the least any read that checks what it delivers costs; "
+        "read_stage checks every stripe against the checkpoint's manifest as it is read"
+    )
     u = Table(title=f"CPU seconds per run (median; 10 ms ticks), {res['cores']} cores")
     for col in ("contender", "compute", "I/O", "driver", "total", "total ÷ cores (s)"):
         u.add_column(col, justify="right")
