@@ -14,7 +14,7 @@ import orchestrator as orc
 from orchestrator.contributions import Contribution, ContributionError, DatasetSpec
 from orchestrator.engine.cluster import local_cluster
 from orchestrator.engine.measure import raw_write_bandwidth
-from orchestrator.errors import StorageError
+from orchestrator.errors import InputError, StorageError
 from orchestrator.files import atomic_path
 from orchestrator.frontends.intercept import StageOptions
 
@@ -450,3 +450,13 @@ def test_dask_settings_local_cluster_takes():
     from orchestrator.engine.cluster import _check_local_options
 
     _check_local_options(2, 2, 1, 0.5, 4e9, {"OMP_NUM_THREADS": 1}, True)
+
+
+def test_raw_write_bandwidth_repeats_after_an_untimed_write(tmp_path):
+    """The disk's raw rate as the median of several writes after an untimed one (a
+    process's first write ran at a quarter of the others here); a bad count is named."""
+    assert raw_write_bandwidth(tmp_path, 1 << 20, repeat=3) > 0
+    assert list(tmp_path.iterdir()) == []  # every write's file removed
+    for bad in (0, -1, True, 2.5, "3"):
+        with pytest.raises(InputError, match=r"repeat must be an int >= 1, got"):
+            raw_write_bandwidth(tmp_path, 1 << 20, repeat=bad)
