@@ -31,6 +31,7 @@ Examples
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -214,7 +215,8 @@ def order_reads(
 ) -> list[IntArray]:
     """Each I/O node's service order (request ids) under a read policy.
 
-    ``window`` is the flexible window's width in requests; a window never holds two
+    ``window`` is the flexible window's width in requests (any width of at least the
+    number of requests is unbounded, however large); a window never holds two
     collective accesses of one application (``strict``: never two requests of one
     application, the paper's words taken literally — see :doc:`/semantics`).
     ``threshold`` is HIO's shuffle ÷ read ratio above which a window is sorted by
@@ -230,12 +232,20 @@ def order_reads(
     """
     from .kernels.reads import service_orders
 
-    if policy not in READ_POLICIES:
+    if not isinstance(policy, str) or policy not in READ_POLICIES:
         raise InputError(f"policy must be one of {', '.join(READ_POLICIES)}, got {policy!r}")
     if not isinstance(window, (int, np.integer)) or isinstance(window, bool) or window < 1:
         raise InputError(f"window must be a whole number >= 1, got {window!r}")
-    if not isinstance(threshold, (int, float)) or not np.isfinite(threshold) or threshold < 0:
-        raise InputError(f"threshold must be a number >= 0, got {threshold!r}")
+    try:
+        finite = isinstance(threshold, (int, float)) and bool(np.isfinite(float(threshold)))
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite or threshold < 0:
+        raise InputError(f"threshold must be a number >= 0, got {reprlib.repr(threshold)}")
+    # a window wider than every request there is holds them all: the same order for any
+    # width from there on, and the kernel's width is an int64 (2**63 overflowed it, and a
+    # read server fell back to arrival order)
+    window = min(int(window), max(1, len(rs.agg)))
     for name, flag in (("strict", strict), ("interleave", interleave)):
         if not isinstance(flag, (bool, np.bool_)):
             raise InputError(f"{name} must be True or False, got {flag!r}")

@@ -792,6 +792,48 @@ def test_what_the_probe_found(cluster, tmp_path) -> None:
     assert h5py is not None
 
 
+def test_what_the_second_probe_found(cluster, tmp_path) -> None:
+    """Each was a raw traceback or a silently accepted value (session 27's hostile probe)."""
+    import h5py
+
+    import orchestrator as orc
+
+    target = _write(cluster, tmp_path, "hdf5")
+    # len() of a range is a C integer
+    with pytest.raises(InputError, match=f"asks for row {2**63 - 1}"):
+        read_stage(target, [{"u": range(0, 2**63)}], cluster=cluster)
+    got = read_stage(target, [{"u": range(2**70, 0)}, {"u": [2]}], cluster=cluster).gather()
+    assert got[0]["u"].shape[0] == 0 and got[1]["u"].shape[0] == 1
+    with pytest.raises(InputError, match="threshold must be a number >= 0"):
+        read_stage(target, [{"u": [1]}], cluster=cluster, threshold=10**400)
+    for key in ("policy", "shuffle"):
+        with pytest.raises(InputError, match=f"{key} must be"):
+            read_stage(target, [{"u": [1]}], cluster=cluster, **{key: np.array(["a", "b"])})
+    # 8 bytes of view, 80 GB of row numbers
+    many = np.broadcast_to(np.int64(0), (10**10,))
+    with pytest.raises(InputError, match="10,000,000,000 row numbers need about"):
+        read_stage(target, [{"u": many}], cluster=cluster)
+    resume = orc.input_stage(target, rows=lambda t: {"id": [t]})(_kw)
+    with pytest.raises(InputError, match="wait must be True or False"):
+        resume.restart(tasks=1, cluster=cluster, wait="no")
+    # rows released before they were waited for
+    res = read_stage(target, [{"u": [1]}], cluster=cluster, wait=False)
+    cluster.release(res.futures)
+    with pytest.raises(CheckpointError, match="released or cancelled before they were"):
+        res.wait()
+    # damaged HDF5 metadata (not a stripe): an object header, found by the I/O nodes
+    bad = tmp_path / "header.h5"
+    bad.write_bytes(target.read_bytes())
+    with h5py.File(bad, "r") as f:
+        header = h5py.h5o.get_info(f["id"].id).addr
+    with open(bad, "r+b") as fh:
+        fh.seek(header + 8)  # past the header's version and message count
+        fh.write(b"\xff" * 8)
+    for shuffle in ("auto", "dask"):
+        with pytest.raises(CheckpointError, match="its HDF5 metadata is damaged"):
+            read_stage(bad, [{"u": [1]}], cluster=cluster, shuffle=shuffle)
+
+
 def _damage(target: Path, at: int) -> None:
     import h5py
 

@@ -271,3 +271,20 @@ def test_bad_policy_window_and_orders_are_named() -> None:
     for order in ([[0]], [[0], [0]], [[1], [0]]):
         with pytest.raises(InputError, match="order"):
             simulate_reads(rs, order=order)
+
+
+@settings(max_examples=300, deadline=None)
+@given(readsets(), st.sampled_from(list(READ_POLICIES)), st.sampled_from([2**63, 2**64, 10**30]))
+def test_a_window_wider_than_every_request_orders_as_an_unbounded_one(rs, policy, window) -> None:
+    """Widths past the kernel's int64 are taken (a read server fell back to arrival order on
+    them): one wider than every request orders as the oracle's unbounded window."""
+    got = [o.tolist() for o in order_reads(rs, policy, window)]
+    assert got == oracle.order(as_dict(rs), policy, 10**6, 0.2, False, False)
+
+
+def test_a_threshold_too_large_for_a_float_is_named() -> None:
+    rs = ReadSet([0], [0], [1.0], [0], [0.5])
+    with pytest.raises(InputError, match="threshold must be a number >= 0, got 1000000"):
+        order_reads(rs, "hio", 10, 10**400)
+    with pytest.raises(InputError, match="policy must be one of"):
+        order_reads(rs, np.array(["hio", "sio"]), 10)  # type: ignore[arg-type]

@@ -99,7 +99,7 @@ def _h5py_checked_task(path: str, lo: int, hi: int) -> np.ndarray:
     from ..engine.checksums import crc32
 
     rows = _h5py_task(path, lo, hi)
-    crc32(memoryview(rows).cast("B"))
+    crc32(np.ascontiguousarray(rows).data.cast("B"))
     return rows
 
 

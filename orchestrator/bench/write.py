@@ -428,10 +428,14 @@ def run(
                 tr = res.trace
                 name = f"gantt-{p}.png" if direct else f"gantt-{p}-sent.png"
                 assert res.plan is not None  # a benchmark stage has rows
+                unit, ionode, start, end = tr.writes()
                 close(
                     realized_gantt(
                         res.plan,
-                        *tr.writes(),
+                        unit,
+                        ionode,
+                        start,
+                        end,
                         path=gantt_dir / name,
                         began=tr.began,
                         flush_start=tr.flush_start,

@@ -239,10 +239,14 @@ def _report_bips3d(
         # batches holding its bytes), over each node's fetches and waits and its fsync: the
         # chart's realized makespan is the table's write s
         tr = r.result.trace
+        unit, ionode, start, end = tr.writes()
         close(
             realized_gantt(
                 r.result.plan,
-                *tr.writes(),
+                unit,
+                ionode,
+                start,
+                end,
                 path=out / f"gantt-{r.method}.png",
                 began=tr.began,
                 flush_start=tr.flush_start,

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InputError
+from ..limits import check_memory
 from ..specs import dtype_from_json
 
 __all__ = [
@@ -238,7 +239,10 @@ def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray | range:
         except (TypeError, ValueError) as err:
             raise InputError(f"{where}: a slice of whole numbers, step not 0: {err}") from None
     if isinstance(rows, range):
-        if len(rows) and not (0 <= min(rows[0], rows[-1]) and max(rows[0], rows[-1]) < n_rows):
+        # len() of a range is a C integer: bool() and indexing are not (range(0, 2**63))
+        if not rows:
+            return range(0, 0)
+        if not (0 <= min(rows[0], rows[-1]) and max(rows[0], rows[-1]) < n_rows):
             bad = rows[0] if not 0 <= rows[0] < n_rows else rows[-1]
             raise InputError(f"{where} asks for row {bad}; the dataset has rows 0..{n_rows - 1}")
         if rows.step == 1 or len(rows) <= 1:  # one run: no row numbers to make
@@ -251,6 +255,9 @@ def _rows(task: int, name: str, rows: Any, n_rows: int) -> IntArray | range:
         a = np.asarray(rows)
         if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
             raise InputError(f"{where} must be row numbers (1-D whole numbers), got {a.dtype}")
+        # a view may hold few bytes for many rows (np.broadcast_to): its row numbers are
+        # made here, 8 bytes each
+        check_memory(a.size * 8, f"{where}: {a.size:,} row numbers", InputError)
         if a.size and a.dtype.kind == "u" and int(a.max()) >= n_rows:
             raise InputError(
                 f"{where} asks for row {int(a.max())}; the dataset has rows 0..{n_rows - 1}"

@@ -761,6 +761,15 @@ def _reader(task: AggregatorTask) -> _Stripes:
         raise CheckpointError(
             f"{task.path} cannot be opened on I/O node {task.node}: {err.strerror or err}"
         ) from err
+    except (KeyError, RuntimeError, ValueError, TypeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        # h5py's own for damaged metadata: an object header (KeyError), a link table
+        # (RuntimeError), found where the node looks for its datasets' extents
+        raise CheckpointError(
+            f"{task.path} cannot be opened on I/O node {task.node}: its HDF5 metadata is "
+            f"damaged ({type(err).__name__}: {err})"
+        ) from err
 
 
 def _forget_reader(app: tuple[int, str]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import reprlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -213,6 +214,8 @@ class ReadResult:
         --------
         >>> res = read_stage("ck.h5", reqs, cluster=cl, wait=False).wait()  # doctest: +SKIP
         """
+        from concurrent.futures import CancelledError  # distributed's FuturesCancelledError
+
         from distributed import wait
 
         report: dict[str, list[Any]] = {}
@@ -222,6 +225,8 @@ class ReadResult:
                 try:
                     wait(self.futures, timeout=2.0)
                     break
+                except CancelledError:
+                    raise self._released() from None
                 except TimeoutError as slow:
                     # Dask's sync keeps the error in a closure of its frame: the traceback
                     # would hold every caller's frame (their futures, their rows' pieces)
@@ -302,10 +307,21 @@ class ReadResult:
         --------
         >>> rows = read_stage("ck.h5", reqs, cluster=cl).gather()  # doctest: +SKIP
         """
+        from concurrent.futures import CancelledError
+
         if self.data is not None:
             return self.data
         self.wait()
-        return [f.result() for f in self.futures]
+        try:
+            return [f.result() for f in self.futures]
+        except CancelledError:
+            raise self._released() from None
+
+    def _released(self) -> CheckpointError:
+        return CheckpointError(
+            f"restart {self.application[1]!r}: its rows were released or cancelled before "
+            "they were delivered (wait for them, or gather them, before releasing them)"
+        )
 
 
 def _piece(out: dict[str, Any], task: int) -> dict[str, Any]:
@@ -580,7 +596,8 @@ def read_stage(
     >>> res.gather()[1]["u"].shape  # doctest: +SKIP
     (60,)
     """
-    if policy not in POLICIES:
+    # a NumPy array compared with `in` raises ValueError: a name first
+    if not isinstance(policy, str) or policy not in POLICIES:
         raise InputError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if isinstance(access, np.integer):
         access = int(access)
@@ -592,14 +609,17 @@ def read_stage(
         raise InputError(f"access must be a whole number in 0..2**31-1, got {access!r}")
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise InputError(f"window must be a whole number >= 1, got {window!r}")
+    try:  # an int too large for a float (10**400) is no threshold either
+        as_float = float(threshold) if not isinstance(threshold, bool) else float("nan")
+    except (TypeError, ValueError, OverflowError):
+        as_float = float("nan")
     if (
         not isinstance(threshold, (int, float, np.floating, np.integer))
-        or isinstance(threshold, bool)
-        or not threshold >= 0
-        or threshold == float("inf")
+        or not as_float >= 0
+        or as_float == float("inf")
     ):
-        raise InputError(f"threshold must be a number >= 0, got {threshold!r}")
-    if shuffle not in ("auto", "dask"):
+        raise InputError(f"threshold must be a number >= 0, got {reprlib.repr(threshold)}")
+    if not isinstance(shuffle, str) or shuffle not in ("auto", "dask"):
         raise InputError(f"shuffle must be 'auto' or 'dask', got {shuffle!r}")
     if application is not None and not isinstance(application, str):
         raise InputError(f"application must be a name, got {application!r}")
@@ -631,6 +651,10 @@ def read_stage(
             return res
     if not isinstance(cluster, IOCluster):
         raise InputError(f"cluster must be an IOCluster, got {type(cluster).__name__}")
+    if cluster.client.status != "running":
+        raise ClusterError(
+            f"the cluster's client is {cluster.client.status}: nothing can run on it"
+        )
     plan = plan_reads(manifest["datasets"], requests, cluster.n_ionodes, aggregators)
     n_tasks = plan.n_tasks
     if workers is None:
@@ -687,7 +711,7 @@ def read_stage(
                 access=access,
                 policy=policy,
                 window=window,
-                threshold=float(threshold),
+                threshold=as_float,
                 read_seconds=a.read_bytes(plan.meta) / disk,
                 shuffle_seconds=sh,
                 app_shuffle=app_shuffle,

@@ -111,6 +111,8 @@ class InputStage:
 
         if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
             raise InputError(f"tasks must be a whole number >= 1, got {tasks!r}")
+        if not isinstance(wait, bool):
+            raise InputError(f"wait must be True or False, got {wait!r}")
         requests = []
         for t in range(tasks):
             try:
