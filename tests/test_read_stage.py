@@ -1012,3 +1012,24 @@ def test_a_restart_whose_io_worker_is_lost_before_it_ends_fails(tmp_path) -> Non
             time.sleep(0.1)
         with pytest.raises(OrchestratorError, match=r"could not be ended on I/O worker|was lost"):
             res.wait()
+
+
+def test_a_closed_cluster_is_named_by_both_stages(tmp_path) -> None:
+    """A cluster whose ``with`` block has ended: Dask's client is gone (raw AttributeError
+    from deep inside, before)."""
+    from orchestrator.errors import ClusterError
+
+    with local_cluster(n_ionodes=1, n_compute=1) as cl:
+        target = _write(cl, tmp_path, "hdf5")
+    spec = DatasetSpec("u", (4,), "f8")
+    for call in (
+        lambda: read_stage(target, [{"u": [1]}], cluster=cl),
+        lambda: write_stage(
+            tmp_path / "w.h5",
+            {"u": (spec, [Contribution(0, np.arange(4), np.zeros(4))])},
+            cluster=cl,
+        ),
+    ):
+        with pytest.raises(ClusterError, match="this cluster's client is closed"):
+            call()
+    assert not (tmp_path / "w.h5").exists()

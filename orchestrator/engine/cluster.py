@@ -121,12 +121,32 @@ class IOCluster:
         pool = self.compute or self.ionodes
         return pool[client % len(pool)]
 
+    def check_open(self) -> None:
+        """Raise :class:`~orchestrator.errors.ClusterError` if this cluster's client is closed
+        (the cluster's ``with`` block has ended): nothing can run on it.
+
+        Examples
+        --------
+        >>> with local_cluster(1, 1) as cl:  # doctest: +SKIP
+        ...     pass
+        >>> cl.check_open()  # doctest: +SKIP
+        Traceback (most recent call last):
+        orchestrator.errors.ClusterError: this cluster's client is closed: ...
+        """
+        status = getattr(self.client, "status", "running")
+        if status not in ("running", "connecting", "newly-created"):
+            raise ClusterError(
+                f"this cluster's client is {status}: nothing can run on it (was its "
+                "`with` block left, or close() called?)"
+            )
+
     def refresh(self, timeout: float = 60.0) -> None:
         """Re-discover the workers, waiting until as many I/O workers as before are back.
 
         A Nanny restarts a worker that died (with a new address), so a
         long-lived cluster object re-reads the addresses before each stage.
         """
+        self.check_open()
         want = len(self.ionodes)
         deadline = time.monotonic() + timeout
         while True:

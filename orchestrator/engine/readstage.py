@@ -651,10 +651,7 @@ def read_stage(
             return res
     if not isinstance(cluster, IOCluster):
         raise InputError(f"cluster must be an IOCluster, got {type(cluster).__name__}")
-    if cluster.client.status != "running":
-        raise ClusterError(
-            f"the cluster's client is {cluster.client.status}: nothing can run on it"
-        )
+    cluster.check_open()
     plan = plan_reads(manifest["datasets"], requests, cluster.n_ionodes, aggregators)
     n_tasks = plan.n_tasks
     if workers is None:
