@@ -23,6 +23,7 @@ from orchestrator.engine.cluster import local_cluster
 from orchestrator.engine.readplan import copied_whole, plan_reads, split_at, to_runs
 from orchestrator.engine.readstage import read_stage
 from orchestrator.engine.stage import write_stage
+from orchestrator.engine.verify import verify
 from orchestrator.errors import CheckpointError, InputError, OrchestratorError
 from orchestrator.kernels.runs import copy_runs, gather_runs, scatter_runs
 
@@ -821,17 +822,21 @@ def test_what_the_second_probe_found(cluster, tmp_path) -> None:
     cluster.release(res.futures)
     with pytest.raises(CheckpointError, match="released or cancelled before they were"):
         res.wait()
-    # damaged HDF5 metadata (not a stripe): an object header, found by the I/O nodes
+    # damaged HDF5 metadata no stripe covers: a dimension scale's object header, found by
+    # the I/O nodes (a raw KeyError before) and now by verify (which passed it)
     bad = tmp_path / "header.h5"
     bad.write_bytes(target.read_bytes())
     with h5py.File(bad, "r") as f:
-        header = h5py.h5o.get_info(f["id"].id).addr
+        header = h5py.h5o.get_info(f["u_dim0"].id).addr
     with open(bad, "r+b") as fh:
         fh.seek(header + 8)  # past the header's version and message count
         fh.write(b"\xff" * 8)
     for shuffle in ("auto", "dask"):
         with pytest.raises(CheckpointError, match="its HDF5 metadata is damaged"):
             read_stage(bad, [{"u": [1]}], cluster=cluster, shuffle=shuffle)
+    found = verify(bad)
+    assert found and all("cannot be" in m for m in found), found
+    assert verify(target) == []
 
 
 def _damage(target: Path, at: int) -> None:
