@@ -208,7 +208,10 @@ class Contribution:
                 f"client {client}: rows must be a 1-d integer array, got dtype {r.dtype}, "
                 f"shape {r.shape}"
             )
-        v = np.asarray(values)
+        try:
+            v = np.asarray(values)
+        except (ValueError, TypeError) as err:  # ragged lists: NumPy's own words
+            raise ContributionError(f"client {client}: values are not an array: {err}") from None
         if v.ndim == 0 or v.shape[0] != r.size:
             raise ContributionError(f"client {client}: {r.size} rows but values of shape {v.shape}")
         if r.size and (int(r.min()) < 0 or int(r.max()) >= 2**63):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +91,13 @@ def _pad_last_chunks(
                 fh.write(pad.tobytes())
 
 
-def _read_rows(ds: Any, offset: int, nbytes: int) -> bytes:
-    """Bytes ``[offset, offset + nbytes)`` of a dataset read through h5py (any layout)."""
-    if ds.chunks is not None:  # zstd, blosc: filters h5py knows once hdf5plugin is loaded
+def _read_rows(ds: Any, offset: int, nbytes: int, chunked: bool | None = None) -> bytes:
+    """Bytes ``[offset, offset + nbytes)`` of a dataset read through h5py (any layout).
+    ``chunked``: whether it is, if known (asking h5py reads the creation properties,
+    a virtual dataset's every mapping)."""
+    if chunked is None:
+        chunked = ds.chunks is not None
+    if chunked:  # zstd, blosc: filters h5py knows once hdf5plugin is loaded
         with contextlib.suppress(ImportError):
             import hdf5plugin  # noqa: F401
     rb = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
@@ -600,6 +604,33 @@ class HDF5SubfileBackend(HDF5Backend):
 
         with h5py.File(path / self.MASTER, "r") as f:
             return _read_rows(f[dataset], offset, nbytes)
+
+    @contextlib.contextmanager
+    def stripe_reader(self, path: Path) -> Iterator[Callable[[str, int, int], bytes]]:
+        """The master opened once: opening it costs time in proportion to its stripes
+        (the virtual dataset's mappings), and ``verify`` opened it for each stripe
+        (2,000 stripes: 25 s).
+
+        Examples
+        --------
+        >>> with HDF5SubfileBackend().stripe_reader(path) as read:  # doctest: +SKIP
+        ...     first = read("u", 0, 4096)
+        """
+        import h5py
+
+        with h5py.File(path / self.MASTER, "r") as f:
+            # each dataset opened once, and its layout asked once: both cost in proportion
+            # to the virtual dataset's mappings
+            opened: dict[str, tuple[Any, bool]] = {}
+
+            def read(dataset: str, offset: int, nbytes: int) -> bytes:
+                if dataset not in opened:
+                    ds = f[dataset]
+                    opened[dataset] = (ds, ds.chunks is not None)
+                ds, chunked = opened[dataset]
+                return _read_rows(ds, offset, nbytes, chunked)
+
+            yield read
 
     def open(self, path: Path) -> dict[str, Any]:
         import h5py

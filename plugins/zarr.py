@@ -39,7 +39,9 @@ MANIFEST_ATTR = "io_orchestrator_manifest"
 
 
 def _rows_per_shard(spec: DatasetSpec, requested: int) -> int:
-    return max(1, requested // max(spec.row_bytes, 1))
+    # never more rows than the dataset has: a writer holds a stripe whole, and a 4 GiB
+    # stripe of a 24 kB dataset cost its worker 4 GiB (killed at its memory limit)
+    return max(1, min(requested // max(spec.row_bytes, 1), spec.n_rows))
 
 
 def _plain_record(dt: np.dtype[Any]) -> bool:
@@ -280,8 +282,9 @@ class ZarrBackend(Backend):
     def stripe_size(self, spec: DatasetSpec, requested: int) -> int:
         if spec.chunked:  # bands of whole shards (or chunks, unsharded): one writer each
             chunks, shards = resolved_chunks(spec)
-            band = (shards or chunks)[0] * max(spec.row_bytes, 1)
-            return max(1, requested // band) * band
+            rows = (shards or chunks)[0]
+            band = rows * max(spec.row_bytes, 1)
+            return max(1, min(requested // band, -(-spec.n_rows // max(rows, 1)))) * band
         return _rows_per_shard(spec, requested) * spec.row_bytes
 
     def chunk_shape(self, spec: DatasetSpec) -> tuple[int, ...] | None:

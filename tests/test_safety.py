@@ -460,3 +460,27 @@ def test_raw_write_bandwidth_repeats_after_an_untimed_write(tmp_path):
     for bad in (0, -1, True, 2.5, "3"):
         with pytest.raises(InputError, match=r"repeat must be an int >= 1, got"):
             raw_write_bandwidth(tmp_path, 1 << 20, repeat=bad)
+
+
+def test_what_the_write_probe_found(tmp_path):
+    """Session 27's hostile probe of the write side: a raw ValueError, a raw
+    AttributeError, and a 24 kB Zarr dataset whose 4 GiB stripe killed its worker."""
+    from orchestrator.contributions import Contribution, DatasetSpec
+    from orchestrator.engine.backends import get_backend
+    from orchestrator.engine.stage import write_stage
+    from orchestrator.errors import ContributionError
+
+    with pytest.raises(ContributionError, match="client 0: values are not an array"):
+        Contribution(0, [0, 1, 2], [[1.0, 2.0], [3.0], [1.0, 2.0]])
+    spec = DatasetSpec("u", (1000, 3), "f8")
+    parts = [Contribution(0, np.arange(1000), np.zeros((1000, 3)))]
+    with pytest.raises(InputError, match=r"options must be a WriteOptions .* got dict"):
+        write_stage(tmp_path / "o.zarr", {"u": (spec, parts)}, {"format": "zarr"})  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+    zarr = get_backend("zarr")
+    # a stripe never holds more rows than the dataset, however large the one asked for
+    for asked in (4 << 30, 1 << 40):
+        assert zarr.stripe_size(spec, asked) == spec.nbytes
+    assert zarr.stripe_size(spec, 240) == 240  # smaller ones as asked
+    chunked = DatasetSpec("c", (1000, 3), "f8", chunks=(100, 3))
+    assert zarr.stripe_size(chunked, 1 << 40) == spec.nbytes  # ten bands of 100 rows

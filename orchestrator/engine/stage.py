@@ -25,7 +25,7 @@ import numpy as np
 from .. import defaults
 from ..assignment import assign_holdings
 from ..contributions import Contribution, ContributionError, DatasetSpec, gather
-from ..errors import OrchestratorError
+from ..errors import InputError, OrchestratorError
 from ..files import check_path, remove_path
 from ..layout import StripeLayout, derive_transfers
 from ..limits import check_disk
@@ -506,6 +506,11 @@ def write_stage(
     """
     t_start = time.perf_counter()
     target = _check_target(target)
+    if options is not None and not isinstance(options, WriteOptions):
+        raise InputError(
+            f"options must be a WriteOptions (or give them as keywords), got "
+            f"{type(options).__name__}"
+        )
     opts = (options or WriteOptions()).updated(**changes) if changes else options or WriteOptions()
     backend = get_backend(opts.format)
     _check_datasets(datasets, opts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -438,6 +438,19 @@ class Backend(ABC):
     @abstractmethod
     def read_bytes(self, path: Path, dataset: str, offset: int, nbytes: int) -> bytes:
         """Bytes of a dataset in a committed target (for verification)."""
+
+    @contextlib.contextmanager
+    def stripe_reader(self, path: Path) -> Iterator[Callable[[str, int, int], bytes]]:
+        """``read(dataset, offset, nbytes)`` for many reads of one committed target
+        (:meth:`read_bytes` by default; a format whose opening costs more than a read
+        opens the target once).
+
+        Examples
+        --------
+        >>> with get_backend("hdf5-vds").stripe_reader(path) as read:  # doctest: +SKIP
+        ...     first = read("u", 0, 4096)
+        """
+        yield lambda dataset, offset, nbytes: self.read_bytes(path, dataset, offset, nbytes)
 
     @abstractmethod
     def open(self, path: Path) -> dict[str, Any]:
