@@ -185,33 +185,24 @@ def run(
     pids = _roles(cluster)
     Run = tuple[float, dict[str, float]]
 
-    def h5() -> Run:
-        c0 = _cpu_seconds(pids)
-        t0 = time.perf_counter()
-        futs = [
-            client.submit(_h5py_task, str(path), lo, hi, workers=[w], pure=False)
-            for (lo, hi), w in zip(spans, where, strict=True)
-        ]
-        wait(futs)
-        seconds = time.perf_counter() - t0
-        c1 = _cpu_seconds(pids)
-        _check(futs[1].result(), spans[1])
-        cluster.release(futs)
-        return seconds, {k: c1[k] - c0[k] for k in c1}
+    def tasks(fn: Callable[[str, int, int], np.ndarray]) -> Callable[[], Run]:
+        """Every task opening the file itself, its rows read by ``fn``."""
 
-    def h5_checked() -> Run:
-        c0 = _cpu_seconds(pids)
-        t0 = time.perf_counter()
-        futs = [
-            client.submit(_h5py_checked_task, str(path), lo, hi, workers=[w], pure=False)
-            for (lo, hi), w in zip(spans, where, strict=True)
-        ]
-        wait(futs)
-        seconds = time.perf_counter() - t0
-        c1 = _cpu_seconds(pids)
-        _check(futs[1].result(), spans[1])
-        cluster.release(futs)
-        return seconds, {k: c1[k] - c0[k] for k in c1}
+        def go() -> Run:
+            c0 = _cpu_seconds(pids)
+            t0 = time.perf_counter()
+            futs = [
+                client.submit(fn, str(path), lo, hi, workers=[w], pure=False)
+                for (lo, hi), w in zip(spans, where, strict=True)
+            ]
+            wait(futs)
+            seconds = time.perf_counter() - t0
+            c1 = _cpu_seconds(pids)
+            _check(futs[1].result(), spans[1])
+            cluster.release(futs)
+            return seconds, {k: c1[k] - c0[k] for k in c1}
+
+        return go
 
     def ours(shuffle: str) -> Callable[[], Run]:
         def go() -> Run:
@@ -227,8 +218,8 @@ def run(
         return go
 
     contenders = {
-        "h5py": h5,
-        CHECKED: h5_checked,
+        "h5py": tasks(_h5py_task),
+        CHECKED: tasks(_h5py_checked_task),
         "read_stage": ours("auto"),
         "read_stage (dask)": ours("dask"),
     }
