@@ -691,7 +691,9 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
     assert set(out["cpu"]) == set(out["median"]) and "CPU seconds per run" in res.stdout
     for name, roles in out["cpu"].items():
         assert set(roles) == {"compute", "io", "driver"} and all(v >= 0 for v in roles.values())
-        assert roles["compute"] > 0, name
+    # 10 ms ticks: 20 MB read by h5py may cost a compute worker no tick; the Dask path's
+    # copies always do
+    assert out["cpu"]["read_stage (dask)"]["compute"] > 0
     assert out["cpu"]["read_stage (dask)"]["io"] > out["cpu"]["h5py"]["io"]  # every byte
 
 

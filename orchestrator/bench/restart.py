@@ -185,7 +185,7 @@ def run(
     pids = _roles(cluster)
     Run = tuple[float, dict[str, float]]
 
-    def tasks(fn: Callable[[str, int, int], np.ndarray]) -> Callable[[], Run]:
+    def each_task(fn: Callable[[str, int, int], np.ndarray]) -> Callable[[], Run]:
         """Every task opening the file itself, its rows read by ``fn``."""
 
         def go() -> Run:
@@ -218,8 +218,8 @@ def run(
         return go
 
     contenders = {
-        "h5py": tasks(_h5py_task),
-        CHECKED: tasks(_h5py_checked_task),
+        "h5py": each_task(_h5py_task),
+        CHECKED: each_task(_h5py_checked_task),
         "read_stage": ours("auto"),
         "read_stage (dask)": ours("dask"),
     }
