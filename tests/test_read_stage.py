@@ -689,7 +689,7 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
     assert "h5py ÷ this" in res.stdout and "checked bound ÷ this" in res.stdout
     # each run's CPU, by role: the I/O workers work only for read_stage's contenders
     assert set(out["cpu"]) == set(out["median"]) and "CPU seconds per run" in res.stdout
-    for name, roles in out["cpu"].items():
+    for roles in out["cpu"].values():
         assert set(roles) == {"compute", "io", "driver"} and all(v >= 0 for v in roles.values())
     # 10 ms ticks: 20 MB read by h5py may cost a compute worker no tick; the Dask path's
     # copies always do
