@@ -697,6 +697,28 @@ def test_the_restart_benchmark_runs_every_contender(tmp_path) -> None:
     assert out["cpu"]["read_stage (dask)"]["io"] > out["cpu"]["h5py"]["io"]  # every byte
 
 
+def test_the_restart_benchmark_cuts_a_mesh_into_scattered_rows(cluster, tmp_path) -> None:
+    """The mesh layout: each task a METIS part of a generated device mesh and one layer of
+    its neighbours — scattered, replicated rows — read by every contender, checked
+    against h5py's read of the same rows (a wrong row fails the run)."""
+    from orchestrator.bench.restart import ROW, mesh_rows, run
+
+    out = run(tmp_path, gib=0.005, tasks=3, repeat=1, cluster=cluster, layout="mesh")
+    assert out["layout"] == "mesh" and out["halo"] is None
+    assert set(out["median"]) >= {"h5py", "read_stage"}
+    nodes = int(0.005 * (1 << 30)) // (ROW * 8)
+    wants = mesh_rows(3, nodes)
+    assert out["bytes"] == sum(w.size for w in wants) * ROW * 8
+    # the parts' rows: ascending, every node in some part, neighbours shared
+    assert all(np.all(np.diff(w) > 0) for w in wants)
+    assert np.unique(np.concatenate(wants)).size >= nodes * 0.9
+    assert sum(w.size for w in wants) > np.unique(np.concatenate(wants)).size  # halos
+    runs = [np.count_nonzero(np.diff(w) != 1) + 1 for w in wants]
+    assert min(runs) > 10  # scattered, not a block per task
+    with pytest.raises(InputError, match="layout must be one of blocks, mesh, got 'tiles'"):
+        run(tmp_path, gib=0.005, tasks=3, repeat=1, cluster=cluster, layout="tiles")
+
+
 def test_cpu_seconds_count_every_thread_of_a_process() -> None:
     """The restart benchmark's CPU accounting sees work done in any thread, one that
     has ended too (Dask's pool starts and ends threads as tasks wait on disks)."""
@@ -877,7 +899,8 @@ def test_tasks_copying_from_their_host_check_what_they_copied(cluster, tmp_path,
 
     if not cma_works(cluster):
         pytest.skip("tasks cannot copy straight out of an I/O worker here")
-    cluster.client.run(cma.inject, borrow=borrow, workers=cluster.compute)
+    # these rows are few and short: pread_run=0 sends them through the descriptor
+    cluster.client.run(cma.inject, borrow=borrow, pread_run=0, workers=cluster.compute)
     before = sum(cluster.client.run(cma.borrowed, workers=cluster.compute).values())
     try:
         _changed_before_or_after_the_copy(cluster, tmp_path)
@@ -885,6 +908,32 @@ def test_tasks_copying_from_their_host_check_what_they_copied(cluster, tmp_path,
         cluster.client.run(cma.inject, workers=cluster.compute)
     lent = sum(cluster.client.run(cma.borrowed, workers=cluster.compute).values()) - before
     assert (lent > 0) == borrow
+
+
+def test_short_runs_are_copied_out_of_the_nodes_mapping(cluster, tmp_path) -> None:
+    """Tasks whose runs are long read them through the I/O worker's descriptor; tasks
+    whose runs are short (a mesh part's) copy them out of its mapping, 1,024 a call —
+    the same rows either way."""
+    from orchestrator.engine import cma
+    from orchestrator.engine.readstage import cma_works
+
+    if not cma_works(cluster):
+        pytest.skip("tasks cannot copy straight out of an I/O worker here")
+    target = _write(cluster, tmp_path, "hdf5")
+    scattered = np.flatnonzero(np.random.default_rng(3).random(N) < 0.3)  # runs of ~1 row
+    cases = [(range(0, N), True), (scattered, False), (np.arange(N)[::-1], False)]
+    cluster.client.run(cma.inject, pread_run=1000, workers=cluster.compute)
+    try:
+        for rows, borrows in cases:
+            before = sum(cluster.client.run(cma.borrowed, workers=cluster.compute).values())
+            got = read_stage(target, [{"u": rows}], cluster=cluster).gather()[0]["u"]
+            assert np.array_equal(got, TRUTH_U[np.asarray(rows)])
+            lent = sum(cluster.client.run(cma.borrowed, workers=cluster.compute).values())
+            assert (lent > before) == borrows, (rows, lent, before)
+    finally:
+        cluster.client.run(cma.inject, workers=cluster.compute)
+    with pytest.raises(InputError, match="pread_run must be a whole number >= 0, got -1"):
+        cma.inject(pread_run=-1)
 
 
 def _changed_before_or_after_the_copy(cluster, tmp_path: Path) -> None:

@@ -858,11 +858,18 @@ def bench_restart(
     out: Annotated[Path, typer.Option(help="Folder for the checkpoint and results.json.")] = Path(
         "out/bench-restart"
     ),
+    layout: Annotated[
+        str,
+        typer.Option(
+            help="blocks: each task a block of rows plus its halo; mesh: each task a METIS "
+            "part of a device mesh (one node per row) and its neighbours (scattered rows)."
+        ),
+    ] = "blocks",
 ) -> None:
     """A checkpoint read back into tasks through the I/O workers, beside every task
     opening it with h5py, in one run.
 
-    Example: ``iorch bench restart --gib 0.25 --repeat 2``
+    Example: ``iorch bench restart --gib 0.25 --repeat 2 --layout mesh``
     """
     from ..bench import restart as rbench
 
@@ -879,10 +886,13 @@ def bench_restart(
             repeat=repeat,
             cold=cold,
             note=lambda m: prog.update(task, description=m),
+            layout=layout,
         )
+    shape = "METIS parts of a mesh" if layout == "mesh" else "blocks"
     t = Table(
-        title=f"{res['bytes'] / 2**30:.2f} GiB into {tasks} tasks ({res['ionodes']} I/O workers, "
-        f"{res['compute']} compute; {'cold' if cold else 'warm'} page cache)"
+        title=f"{res['bytes'] / 2**30:.2f} GiB into {tasks} tasks as {shape} ("
+        f"{res['ionodes']} I/O workers, {res['compute']} compute; "
+        f"{'cold' if cold else 'warm'} page cache)"
     )
     for c in ("contender", "runs (s)", "median (s)", "GB/s", "h5py ÷ this", "checked bound ÷ this"):
         t.add_column(c, justify="right")

@@ -369,6 +369,9 @@ def _assemble(
 
 #: bytes a task copies before checking them, so that they are checked while in cache
 _CHECK_BATCH = 8 << 20
+#: a task's runs at least this long on average (bytes) are read through the I/O node's
+#: descriptor, shorter ones copied out of its mapping (:func:`_copy_when_checked`)
+_PREAD_RUN = 64 << 10
 
 
 def _copy_when_checked(
@@ -378,7 +381,7 @@ def _copy_when_checked(
     flags, read the same way). A stripe this task copies whole it checks on its copy,
     right after copying; the others the node has checked. A damaged stripe fails the
     task, named."""
-    from .cma import borrow, read
+    from .cma import borrow, read, through_descriptor
     from .readserver import CHECKED, DAMAGED, PENDING, READ, secede_if_in_worker
 
     who, remote, flags_at, n_flags, flag, check, label, node, file = where
@@ -387,7 +390,9 @@ def _copy_when_checked(
     dst, length, remote, flag = dst[order], length[order], remote[order], flag[order]
     check, stripe_at = check[order], stripe_at[order]
     fd = None
-    if file is not None:  # a mapped dataset: read it through the node's descriptor
+    # a mapped dataset read in long runs: through the node's descriptor; short ones out
+    # of its mapping, 1,024 a system call (cma.PREAD_RUN)
+    if file is not None and length.size and through_descriptor(float(length.mean())):
         try:
             fd = borrow(who, file[0], file[1])
             at_file = file[2][order]
@@ -453,11 +458,12 @@ def _pread_runs(
     d, n, a = dst[runs], length[runs], at[runs]
     joined = (d[1:] == d[:-1] + n[:-1]) & (a[1:] == a[:-1] + n[:-1])
     starts = np.flatnonzero(np.concatenate(([True], ~joined)))
-    ends = np.concatenate((starts[1:], [runs.size]))
     view = memoryview(buf)  # type: ignore[arg-type]
-    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-        first, total = int(d[lo]), int(n[lo:hi].sum())
-        got = os.preadv(fd, [view[first : first + total]], int(a[lo]))
+    # one NumPy call for every run's size: per run, it cost as much as its read (a mesh
+    # part is thousands of short runs)
+    totals = np.add.reduceat(n, starts).tolist()
+    for first, total, at in zip(d[starts].tolist(), totals, a[starts].tolist(), strict=True):
+        got = os.preadv(fd, [view[first : first + total]], at)
         if got != total:
             raise CheckpointError(f"{label}: {total - got} bytes past the file's end")
 
