@@ -174,7 +174,7 @@ def _same_by_proc(who: tuple[int, int]) -> None:
 
 _PIDFD_GETFD = 438  # the same number on every architecture (the generic syscall table)
 _SYSCALL: Any = None
-_FAULTS: dict[str, bool] = {}
+_FAULTS: dict[str, Any] = {}
 _BORROWED = [0]
 
 
