@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test slurm readers lint typecheck pytest docs bench clean
+.PHONY: demo test slurm readers netfs lint typecheck pytest docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/iorch run bips3d --out out/demo
 
-test: $(STAMP) slurm readers lint typecheck pytest docs
+test: $(STAMP) slurm readers netfs lint typecheck pytest docs
 
 # Debian packages of a single-node Slurm for the tests (they start the daemons)
 slurm:
@@ -25,6 +25,10 @@ slurm:
 # Debian's HDF5 tools (h5dump, h5ls) for the reader conformance tests
 readers:
 	.ci/setup-readers
+
+# Debian's socat, sshfs and sftp-server: a testbed's network file system
+netfs:
+	.ci/setup-netfs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

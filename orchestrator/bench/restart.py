@@ -32,6 +32,13 @@ Contenders, interleaved, ``repeat`` times:
 Each contender ends when every task holds its rows on its worker. ``cold`` drops the
 page cache before every run (root): then both read the disk.
 
+With ``testbed`` (a profile's name) the run happens on an emulated cluster: the I/O
+workers on I/O hosts of their own, every row crossing shaped links, and h5py's tasks
+opening the checkpoint through a network file system the I/O hosts serve
+(:mod:`orchestrator.testbed.netfs`) — what a user's tasks do on a cluster whose
+storage is remote. ``read_stage (dask)`` is left out there: every row goes through
+Dask anyway. The CPU of the testbed's scheduler and file system counts as ``other``.
+
 Beside its time, each run's CPU time is taken per role — the compute workers, the I/O
 workers, this process (the driver, and the scheduler where it runs here) — from
 ``/proc/<pid>/stat`` (clock ticks: 10 ms a process, so read medians over several
@@ -189,6 +196,7 @@ def run(
     cluster: IOCluster | None = None,
     note: Callable[[str], None] = lambda m: None,
     layout: str = "blocks",
+    testbed: str | None = None,
 ) -> dict[str, Any]:
     """Every contender ``repeat`` times, interleaved; seconds per run, medians and the
     ratio of h5py's median to each contender's (above 1: faster than h5py).
@@ -208,15 +216,65 @@ def run(
         raise InputError(f"gib > 0, tasks >= 1, repeat >= 1, got {gib!r}, {tasks!r}, {repeat!r}")
     if layout not in LAYOUTS:
         raise InputError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if testbed is not None:
+        if cluster is not None:
+            raise InputError("a testbed run makes its own cluster: pass cluster or testbed")
+        return _on_testbed(out, gib, tasks, halo, repeat, cold, note, layout, testbed)
     if cluster is None:
         with local_cluster(n_ionodes=4, n_compute=4) as own:
             return run(out, gib, tasks, halo, repeat, cold, own, note, layout)
-    from distributed import wait
+    return _run(out, gib, tasks, halo, repeat, cold, cluster, note, layout)
 
-    folder = Path(out)
+
+def _on_testbed(
+    out: str | Path,
+    gib: float,
+    tasks: int,
+    halo: int,
+    repeat: int,
+    cold: bool,
+    note: Callable[[str], None],
+    layout: str,
+    profile: str,
+) -> dict[str, Any]:
+    """:func:`run` on a testbed of ``profile``, h5py reading through its network file
+    system (each compute worker its own mount of one I/O host's export)."""
+    from .. import testbed as tbmod
+    from ..testbed.netfs import exported
+
+    folder = Path(out).absolute()
     folder.mkdir(parents=True, exist_ok=True)
+    note(f"starting a {profile} testbed")
+    with tbmod.up(profile, n_io=4, n_compute=4) as tb, tb.connect() as cl:
+        # the checkpoint first: the stage writes it through the testbed's own links
+        _checkpoint_for(cl, folder, gib, tasks, halo, layout, note)
+        with exported(tb, cl, folder) as where:
+
+            def others() -> list[int]:  # the scheduler, the file system's servers and mounts
+                mine = set(cl.client.run(os.getpid).values())
+                spaces = [h.ns for h in tb.hosts]
+                return [p for ns in spaces for p in tbmod.netns.ns_pids(ns) if p not in mine]
+
+            res = _run(out, gib, tasks, halo, repeat, cold, cl, note, layout, where, others)
+        res["testbed"] = {
+            "profile": profile,
+            "link_bytes_per_s": tb.profile.io.rate,
+            "network_fs": "sshfs (SFTP, no cipher), one mount per compute worker",
+        }
+        return res
+
+
+def _checkpoint_for(
+    cluster: IOCluster,
+    folder: Path,
+    gib: float,
+    tasks: int,
+    halo: int,
+    layout: str,
+    note: Callable[[str], None],
+) -> tuple[Path, list[tuple[int, int] | np.ndarray], list[dict[str, Any]]]:
+    """The checkpoint (written once) and each task's rows: as wanted and as requested."""
     wants: list[tuple[int, int] | np.ndarray]
-    requests: list[dict[str, Any]]
     if layout == "mesh":
         n = int(gib * (1 << 30)) // (ROW * 8)
         note(f"cutting a mesh of about {n} nodes into {tasks} parts")
@@ -225,28 +283,52 @@ def run(
         path = folder / f"restart-mesh-{n}.h5"
         note("writing the checkpoint")
         checkpoint(cluster, path, gib, rows=n)
-        wants = list(parts)
-        requests = [{"u": w} for w in parts]
-    else:
-        path = folder / f"restart-{gib:g}gib.h5"
-        note("writing the checkpoint")
-        n = checkpoint(cluster, path, gib)
-        bounds = np.linspace(0, n, tasks + 1).astype(np.int64)
-        wants = [
-            (max(0, int(lo) - halo), min(n, int(hi) + halo))
-            for lo, hi in itertools.pairwise(bounds)
-        ]
-        requests = [{"u": range(*w)} for w in wants if isinstance(w, tuple)]
+        return path, list(parts), [{"u": w} for w in parts]
+    path = folder / f"restart-{gib:g}gib.h5"
+    note("writing the checkpoint")
+    n = checkpoint(cluster, path, gib)
+    bounds = np.linspace(0, n, tasks + 1).astype(np.int64)
+    wants = [
+        (max(0, int(lo) - halo), min(n, int(hi) + halo)) for lo, hi in itertools.pairwise(bounds)
+    ]
+    return path, wants, [{"u": range(*w)} for w in wants if isinstance(w, tuple)]
+
+
+def _run(
+    out: str | Path,
+    gib: float,
+    tasks: int,
+    halo: int,
+    repeat: int,
+    cold: bool,
+    cluster: IOCluster,
+    note: Callable[[str], None],
+    layout: str,
+    mounts: dict[str, Path] | None = None,
+    others: Callable[[], list[int]] | None = None,
+) -> dict[str, Any]:
+    """:func:`run` on ``cluster``; ``mounts``: where each compute worker sees ``out``
+    (h5py's tasks open the checkpoint there), else where it is; ``others``: the PIDs of
+    the other processes whose CPU counts (a testbed's scheduler and file system)."""
+    from distributed import wait
+
+    folder = Path(out).absolute()
+    folder.mkdir(parents=True, exist_ok=True)
+    path, wants, requests = _checkpoint_for(cluster, folder, gib, tasks, halo, layout, note)
     delivered = sum(_count(w) for w in wants) * ROW * 8
     where = [cluster.compute_worker(t) for t in range(tasks)]
     from ..engine.checksums import crc32
 
     last = crc32(_h5py_task(str(path), wants[-1]).data.cast("B"))
+    # where each worker opens the file itself: here, or through its network mount
+    seen_at = {w: str(path if mounts is None else mounts[w] / path.name) for w in where}
     client = cluster.client
     read_stage(path, [{"u": range(10)}], cluster=cluster)  # kernels compiled, links measured
     cluster.client.run(policies_loaded, workers=cluster.ionodes)
 
     pids = _roles(cluster)
+    if others is not None:
+        pids["other"] = others()
     Run = tuple[float, dict[str, float]]
 
     def each_task(fn: Callable[[str, Any], np.ndarray]) -> Callable[[], Run]:
@@ -256,7 +338,7 @@ def run(
             c0 = _cpu_seconds(pids)
             t0 = time.perf_counter()
             futs = [
-                client.submit(fn, str(path), want, workers=[w], pure=False)
+                client.submit(fn, seen_at[w], want, workers=[w], pure=False)
                 for want, w in zip(wants, where, strict=True)
             ]
             wait(futs)
@@ -287,6 +369,8 @@ def run(
         "read_stage": ours("auto"),
         "read_stage (dask)": ours("dask"),
     }
+    if mounts is not None:  # every host its own: read_stage goes through Dask anyway
+        del contenders["read_stage (dask)"]
     times: dict[str, list[float]] = {k: [] for k in contenders}
     cpu: dict[str, list[dict[str, float]]] = {k: [] for k in contenders}
     rng = np.random.default_rng(0)

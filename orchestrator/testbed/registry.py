@@ -29,7 +29,17 @@ from typing import Any
 
 from . import netns
 
-__all__ = ["alive", "load", "process_identity", "records", "save", "state_dir", "sweep", "teardown"]
+__all__ = [
+    "alive",
+    "load",
+    "process_identity",
+    "records",
+    "save",
+    "state_dir",
+    "stop",
+    "sweep",
+    "teardown",
+]
 
 
 #: the one folder of testbed records on this machine: namespaces are the machine's, so every
@@ -133,6 +143,17 @@ def stale(state: dict[str, Any]) -> bool:
         return True
     owner = state.get("owner")
     return owner is not None and not alive(owner)
+
+
+def stop(idents: list[list[int]], grace: float = 3.0) -> None:
+    """Stop processes by PID and start time (SIGTERM, then SIGKILL after ``grace`` s);
+    one whose PID another process now holds is left alone.
+
+    Examples
+    --------
+    >>> stop([])
+    """
+    _stop(idents, grace)
 
 
 def _stop(idents: list[list[int]], grace: float) -> None:

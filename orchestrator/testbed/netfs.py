@@ -1,0 +1,179 @@
+"""A network file system on a testbed: the I/O hosts serve a folder, each compute
+worker sees it through a mount whose traffic crosses its host's shaped link.
+
+What a user's tasks read through when their checkpoint sits on remote I/O nodes
+and each task opens the file itself (``h5py.File`` on an NFS or Lustre path): here
+SFTP, because it needs no kernel module. Each I/O host runs ``socat`` listening on
+its own testbed address, starting OpenSSH's ``sftp-server`` in read-only mode, as
+``nobody``, for each connection (no SSH, so no cipher's CPU in the way); each
+compute worker gets an ``sshfs`` mount in its own mount namespace, made from its
+own network namespace (``nsenter`` into the worker's PID), of one I/O host's
+export — compute host ``j`` reads from I/O host ``j mod n_io``, so the I/O hosts'
+links carry equal shares, as the stripes of :func:`~orchestrator.read_stage`'s
+layout do. ``sshfs`` is a slow network file system beside a kernel NFS or Lustre
+client (one SFTP session per host, a round trip per read request); that is the
+bias to keep in mind when reading what it measures.
+
+Every process is recorded in the testbed's record, so :func:`~.bed.down` stops it
+like the testbed's own; a mount lives in its worker's mount namespace and goes
+with it.
+
+Examples
+--------
+>>> with up("cluster2004", n_io=2, n_compute=2) as tb, tb.connect() as cl:  # doctest: +SKIP
+...     with exported(tb, cl, "out/ck") as where:
+...         where[cl.compute[0]]
+PosixPath('/run/iorch-testbed/3fa9c1/netfs/compute-0/ck')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import TestbedError, TestbedUnavailable
+from . import registry
+
+__all__ = ["PORT", "SFTP_SERVER", "available", "exported"]
+
+#: where each I/O host's SFTP server listens (its own testbed address only)
+PORT = 8022
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+
+
+def available() -> str | None:
+    """Why a network file system cannot be made here (None: it can): the programs it
+    needs (``socat``, ``sshfs``, ``nsenter``, OpenSSH's ``sftp-server``) and
+    ``/dev/fuse``.
+
+    Examples
+    --------
+    >>> available() is None or "install" in available()
+    True
+    """
+    missing = [p for p in ("socat", "sshfs", "nsenter") if shutil.which(p) is None]
+    if not os.access(SFTP_SERVER, os.X_OK):
+        missing.append(SFTP_SERVER)
+    if missing:
+        return (
+            f"a testbed's network file system needs {', '.join(missing)}: install the "
+            "Debian packages socat, sshfs and openssh-sftp-server"
+        )
+    if not os.path.exists("/dev/fuse"):
+        return "a testbed's network file system needs /dev/fuse (FUSE)"
+    return None
+
+
+def _readable_by_nobody(folder: Path) -> None:
+    """The export is served as ``nobody``: every folder above it must let others in and
+    the folder itself be readable, or every read fails far from here."""
+    for d in [folder, *folder.parents]:
+        mode = d.stat().st_mode
+        if not mode & 0o001:
+            raise TestbedError(
+                f"{d} does not let other users in (mode {oct(mode & 0o777)}): the network "
+                f"file system serves {folder} as nobody; export a folder others can reach"
+            )
+    if not folder.stat().st_mode & 0o004:
+        raise TestbedError(f"{folder} is not readable by other users (served as nobody)")
+
+
+@contextlib.contextmanager
+def exported(tb: Any, cluster: Any, folder: str | os.PathLike[str]) -> Iterator[dict[str, Path]]:
+    """Serve ``folder`` from every I/O host of testbed ``tb`` and mount it in every
+    compute worker of ``cluster`` (its client); yield, per compute worker address, the
+    path under which that worker sees the folder. On exit the mounts and servers stop.
+
+    Raises
+    ------
+    TestbedUnavailable
+        A program it needs is missing (:func:`available` says which).
+    TestbedError
+        A server or mount did not come up (its log's tail says why), or the folder is
+        not readable by ``nobody``.
+
+    Examples
+    --------
+    >>> with exported(tb, cl, "out/ck") as where:  # doctest: +SKIP
+    ...     h5py.File(where[worker] / "ck.h5")
+    """
+    from .bed import _spawn  # the testbed's own way to start and record a process
+
+    why = available()
+    if why:
+        raise TestbedUnavailable(why)
+    folder = Path(folder).absolute()
+    if not folder.is_dir():
+        raise TestbedError(f"{folder} is not a folder to export")
+    _readable_by_nobody(folder)
+    state = registry.load(tb.tid)
+    if state is None:
+        raise TestbedError(f"testbed {tb.tid} has no record: is it up?")
+    names: list[str] = []
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    mounts = registry.state_dir() / tb.tid / "netfs"
+    try:
+        for k, h in enumerate(tb.ionode_hosts):
+            names.append(f"sftp-{k}")
+            listen = f"TCP-LISTEN:{PORT},bind={h.address},reuseaddr,fork"
+            serve = f"EXEC:{SFTP_SERVER} -R,su=nobody"
+            _spawn(state, h, names[-1], ["socat", listen, serve], env)
+        got = cluster.client.run(os.getpid, workers=list(cluster.compute))
+        where: dict[str, Path] = {}
+        servers = tb.ionode_hosts
+        order = {h.name: j for j, h in enumerate(tb.compute_hosts)}
+        for w in sorted(got, key=lambda a: (order.get(tb.host_of(a).name, 0), a)):
+            host = tb.host_of(w)
+            server = servers[order.get(host.name, 0) % len(servers)]
+            point = mounts / f"{host.name}-{got[w]}"
+            point.mkdir(parents=True, exist_ok=True)
+            names.append(f"sshfs-{host.name}-{got[w]}")
+            cmd = ["nsenter", f"--target={got[w]}", "--mount", "--net", "sshfs", "-f"]
+            cmd += ["-o", f"directport={PORT},ro", f"{server.address}:{folder}", str(point)]
+            # not inside the host's namespaces: nsenter enters the worker's own
+            _spawn(state, None, names[-1], cmd, env)
+            where[w] = point
+        _wait_mounted(cluster, where, state, names)
+        yield where
+    finally:
+        _stop(tb.tid, names)
+        shutil.rmtree(mounts, ignore_errors=True)  # empty here: each mount is a worker's
+
+
+def _is_mount(path: str) -> bool:
+    return os.path.ismount(path)
+
+
+def _wait_mounted(
+    cluster: Any, where: dict[str, Path], state: dict[str, Any], names: list[str]
+) -> None:
+    """Until every worker sees its mount (a process that ended says why)."""
+    from .bed import _check_running
+
+    deadline = time.monotonic() + 30.0
+    left = dict(where)
+    while left:
+        for w, point in list(left.items()):
+            if cluster.client.run(_is_mount, str(point), workers=[w]).get(w):
+                del left[w]
+        if not left:
+            return
+        _check_running({**state, "processes": {n: state["processes"][n] for n in names}})
+        if time.monotonic() > deadline:
+            raise TestbedError(f"the network file system did not mount on {sorted(left)}")
+        time.sleep(0.1)
+
+
+def _stop(tid: str, names: list[str]) -> None:
+    """Stop these processes of testbed ``tid`` (by PID and start time) and forget them."""
+    state = registry.load(tid)
+    if state is None:  # the testbed is down: its processes went with it
+        return
+    idents = [state["processes"].pop(n) for n in names if n in state["processes"]]
+    registry.stop(idents, grace=3.0)
+    registry.save(state)
