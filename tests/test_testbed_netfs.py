@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from orchestrator import errors, testbed
-from orchestrator.testbed import netfs, registry
+from orchestrator.testbed import netfs, netns, registry
 
 REQUIRE_ENV = "IORCH_REQUIRE_TESTBED"
 WHY = testbed.available() or netfs.available()
@@ -81,6 +82,16 @@ def test_each_compute_worker_reads_the_export_through_its_own_mount(shared: Path
             # each mount's traffic leaves from its worker's host: its network namespace
             pids = cl.client.run(os.getpid, workers=list(cl.compute))
             assert {_net_ns(i[0]) for i in mounts.values()} == {_net_ns(p) for p in pids.values()}
+            # the servers' sessions run as nobody, on the I/O hosts
+            sessions = [
+                p
+                for h in tb.ionode_hosts
+                for p in netns.ns_pids(h.ns)
+                if Path(f"/proc/{p}/comm").read_text().strip() == "sftp-server"
+            ]
+            assert len(sessions) == 2
+            nobody = pwd.getpwnam("nobody").pw_uid
+            assert all(os.stat(f"/proc/{p}").st_uid == nobody for p in sessions)
         # gone with the context: the processes, the mounts, their folders
         assert not any(registry.alive(i) for i in [*mounts.values(), *servers.values()])
         state = registry.load(tb.tid)
