@@ -536,6 +536,7 @@ def test_write_bench_cli_runs_policies_for_real(tmp_path):
         "raw sequential write",
         "raw sequential write, O_DIRECT",
         "h5py, one process",
+        "h5py, after gathering from the workers",
         "dask.array.to_zarr",
         "worker-to-worker copy",
         "ecf",

@@ -86,7 +86,8 @@ def write_bench_cmd(
     # the stage's data is held in memory by the compute workers, then written once
     # by each policy (one at a time, each deleted before the next)
     check_disk(out, 2 * nbytes, f"--size {size}: the output and the raw probe", InputError)
-    check_memory(2 * nbytes, f"--size {size}: the stage's data and its copies")
+    # with the anchors, this process holds the values, and the gathered rows beside them
+    check_memory((3 if anchors else 2) * nbytes, f"--size {size}: the stage's data and its copies")
     mem = memory if memory == "auto" else parse_size(memory, "--memory")
     if isinstance(mem, int) and mem < nbytes // 2 + (64 << 20):
         # the two compute workers hold the stage's data between them, beside their own needs
@@ -98,7 +99,7 @@ def write_bench_cmd(
         local_cluster(n_ionodes=ionodes, n_compute=2, compute_memory=mem, security=tls) as cl,
         progress() as prog,
     ):
-        n_jobs = len(names) + 1 + (4 if anchors else 0)
+        n_jobs = len(names) + 1 + (5 if anchors else 0)
         task = prog.add_task("write-bench", total=n_jobs * repeat)
         if gantt is not None:
             gantt.mkdir(parents=True, exist_ok=True)
