@@ -38,7 +38,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator plugins workflows
 
-pytest: $(STAMP) slurm readers
+pytest: $(STAMP) slurm readers netfs
 	$(BIN)/python -m pytest
 
 docs: $(STAMP)

@@ -280,6 +280,18 @@ def test_cross_memory_reads_refuse_a_reused_pid_and_unmapped_bytes() -> None:
         cma.read(me, out, np.array([0]), np.array([8]), np.array([4]))  # page 0: unmapped
     with pytest.raises(ValueError, match="past the end"):
         cma.read(me, out, np.array([8]), np.array([src.ctypes.data]), np.array([4]))
+    # before the start of out: NumPy's unsigned iovecs would wrap it into the heap
+    big = np.zeros(16, dtype=np.uint8)
+    with pytest.raises(ValueError, match="starts before out"):
+        cma.read(me, big[8:], np.array([-8]), np.array([src.ctypes.data]), np.array([4]))
+    assert not big.any()
+    # many runs: the iovecs of every call of 1,024, in order
+    n = 3000
+    dst, remote = np.arange(n) * 2, src.ctypes.data + np.arange(n) % 50
+    many = np.zeros(2 * n, dtype=np.uint8)
+    cma.read(me, many, dst, remote, np.full(n, 2))
+    want = np.stack([np.arange(n) % 50, np.arange(n) % 50 + 1], axis=1).ravel()
+    assert np.array_equal(many, want.astype(np.uint8))
 
 
 def test_a_process_read_from_is_known_gone_once_it_exits() -> None:
@@ -932,8 +944,12 @@ def test_short_runs_are_copied_out_of_the_nodes_mapping(cluster, tmp_path) -> No
             assert (lent > before) == borrows, (rows, lent, before)
     finally:
         cluster.client.run(cma.inject, workers=cluster.compute)
-    with pytest.raises(InputError, match="pread_run must be a whole number >= 0, got -1"):
-        cma.inject(pread_run=-1)
+    for bad in (-1, True, 2.5):
+        with pytest.raises(InputError, match=f"pread_run must be a whole number >= 0, got {bad}"):
+            cma.inject(pread_run=bad)
+    cma.inject(pread_run=np.int64(7))  # NumPy's integers are whole numbers too
+    assert cma.through_descriptor(7) and not cma.through_descriptor(6)
+    cma.inject()
 
 
 def _changed_before_or_after_the_copy(cluster, tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def mesh_rows(tasks: int, nodes: int, seed: int = 0) -> list[np.ndarray]:
     Examples
     --------
     >>> [r.size for r in mesh_rows(2, 2000)]  # doctest: +SKIP
-    [1043, 1021]
+    [1146, 1182]
     """
     from ..workflows.bips3d import load_case
 
@@ -240,28 +240,63 @@ def _on_testbed(
     """:func:`run` on a testbed of ``profile``, h5py reading through its network file
     system (each compute worker its own mount of one I/O host's export)."""
     from .. import testbed as tbmod
-    from ..testbed.netfs import exported
+    from ..errors import TestbedUnavailable
+    from ..testbed import netfs
 
     folder = Path(out).absolute()
     folder.mkdir(parents=True, exist_ok=True)
+    why = tbmod.available() or netfs.available()
+    if why:  # before minutes of building and writing
+        raise TestbedUnavailable(why)
+    netfs.check_exportable(folder)
+    n_compute = 4
+    share = int(gib * (1 << 30) * 1.1) // n_compute  # a worker's rows, halos included
     note(f"starting a {profile} testbed")
-    with tbmod.up(profile, n_io=4, n_compute=4) as tb, tb.connect() as cl:
+    with (
+        tbmod.up(profile, n_io=4, n_compute=n_compute, memory_limit=max(1 << 30, 3 * share)) as tb,
+        tb.connect() as cl,
+    ):
         # the checkpoint first: the stage writes it through the testbed's own links
-        _checkpoint_for(cl, folder, gib, tasks, halo, layout, note)
-        with exported(tb, cl, folder) as where:
+        made = _checkpoint_for(cl, folder, gib, tasks, halo, layout, note)
+        with netfs.exported(tb, cl, folder) as where:
 
-            def others() -> list[int]:  # the scheduler, the file system's servers and mounts
+            def others() -> dict[str, list[int]]:
+                """The testbed's other processes: its scheduler, its file system's."""
                 mine = set(cl.client.run(os.getpid).values())
                 spaces = [h.ns for h in tb.hosts]
-                return [p for ns in spaces for p in tbmod.netns.ns_pids(ns) if p not in mine]
+                rest = [p for ns in spaces for p in tbmod.netns.ns_pids(ns) if p not in mine]
+                fs = [p for p in rest if _comm(p) in ("socat", "sftp-server", "sshfs")]
+                return {"file system": fs, "scheduler": [p for p in rest if p not in fs]}
 
-            res = _run(out, gib, tasks, halo, repeat, cold, cl, note, layout, where, others)
+            res = _run(out, gib, tasks, halo, repeat, cold, cl, note, layout, where, others, made)
         res["testbed"] = {
+            "id": tb.tid,
             "profile": profile,
             "link_bytes_per_s": tb.profile.io.rate,
             "network_fs": "sshfs (SFTP, no cipher), one mount per compute worker",
         }
         return res
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _file_system(path: str) -> str:
+    """The type of the file system holding ``path`` as this process sees it (its mount
+    table's longest matching mount point)."""
+    best, kind = "", "?"
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            pre, _, post = line.partition(" - ")
+            point = pre.split()[4].replace("\\040", " ")
+            inside = path == point or path.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, kind = point, post.split(" ", 1)[0]
+    return kind
 
 
 def _checkpoint_for(
@@ -305,30 +340,43 @@ def _run(
     note: Callable[[str], None],
     layout: str,
     mounts: dict[str, Path] | None = None,
-    others: Callable[[], list[int]] | None = None,
+    others: Callable[[], dict[str, list[int]]] | None = None,
+    made: tuple[Path, list[tuple[int, int] | np.ndarray], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """:func:`run` on ``cluster``; ``mounts``: where each compute worker sees ``out``
-    (h5py's tasks open the checkpoint there), else where it is; ``others``: the PIDs of
-    the other processes whose CPU counts (a testbed's scheduler and file system)."""
+    (h5py's tasks open the checkpoint there), else where it is; ``others``: more roles
+    whose CPU counts (a testbed's scheduler and file system); ``made``: the checkpoint
+    and the tasks' rows, if made already."""
     from distributed import wait
 
     folder = Path(out).absolute()
     folder.mkdir(parents=True, exist_ok=True)
-    path, wants, requests = _checkpoint_for(cluster, folder, gib, tasks, halo, layout, note)
+    if made is None:
+        made = _checkpoint_for(cluster, folder, gib, tasks, halo, layout, note)
+    path, wants, requests = made
     delivered = sum(_count(w) for w in wants) * ROW * 8
     where = [cluster.compute_worker(t) for t in range(tasks)]
     from ..engine.checksums import crc32
 
-    last = crc32(_h5py_task(str(path), wants[-1]).data.cast("B"))
+    note("reading every task's rows here, to check each contender's against")
+    truth = [crc32(_h5py_task(str(path), w).data.cast("B")) for w in wants]
     # where each worker opens the file itself: here, or through its network mount
     seen_at = {w: str(path if mounts is None else mounts[w] / path.name) for w in where}
+    # what the h5py tasks' file lies on, as their workers see it
+    seen_on = sorted(
+        {
+            kind
+            for w in set(where)
+            for kind in cluster.client.run(_file_system, seen_at[w], workers=[w]).values()
+        }
+    )
     client = cluster.client
     read_stage(path, [{"u": range(10)}], cluster=cluster)  # kernels compiled, links measured
     cluster.client.run(policies_loaded, workers=cluster.ionodes)
 
     pids = _roles(cluster)
     if others is not None:
-        pids["other"] = others()
+        pids.update(others())
     Run = tuple[float, dict[str, float]]
 
     def each_task(fn: Callable[[str, Any], np.ndarray]) -> Callable[[], Run]:
@@ -344,7 +392,7 @@ def _run(
             wait(futs)
             seconds = time.perf_counter() - t0
             c1 = _cpu_seconds(pids)
-            _check(futs[-1].result(), wants[-1], last)
+            _check(client, futs, wants, truth)
             cluster.release(futs)
             return seconds, {k: c1[k] - c0[k] for k in c1}
 
@@ -357,7 +405,7 @@ def _run(
             res = read_stage(path, requests, cluster=cluster, workers=where, shuffle=shuffle)
             seconds = time.perf_counter() - t0
             c1 = _cpu_seconds(pids)
-            _check(res.futures[-1].result()["u"], wants[-1], last)
+            _check(client, res.futures, wants, truth, "u")
             cluster.release(res.futures)
             return seconds, {k: c1[k] - c0[k] for k in c1}
 
@@ -404,6 +452,7 @@ def _run(
         "ionodes": cluster.n_ionodes,
         "compute": len(cluster.compute),
         "cores": cores,
+        "h5py_file_system": seen_on,
         # per contender and role, the median CPU seconds of a run
         "cpu": {
             k: {role: statistics.median(run[role] for run in v) for role in v[0]}
@@ -448,14 +497,28 @@ def _count(want: tuple[int, int] | np.ndarray) -> int:
     return want[1] - want[0] if isinstance(want, tuple) else int(want.size)
 
 
-def _check(rows: np.ndarray, want: tuple[int, int] | np.ndarray, crc: int) -> None:
-    """The last task's rows, as h5py reads them here (a wrong row is no result)."""
+def _rows_summary(rows: Any, name: str | None) -> tuple[tuple[int, ...], int]:
+    """A task's rows' shape and CRC-32, where they are (nothing moves but two numbers)."""
     from ..engine.checksums import crc32
 
-    if rows.shape != (_count(want), ROW):
-        raise AssertionError(f"a task got {rows.shape}, not {_count(want)} rows")
-    if crc32(np.ascontiguousarray(rows).data.cast("B")) != crc:
-        raise AssertionError("the last task's rows differ from h5py's")
+    a = np.ascontiguousarray(rows if name is None else rows[name])
+    return a.shape, crc32(a.data.cast("B"))
+
+
+def _check(
+    client: Any,
+    futs: list[Any],
+    wants: list[tuple[int, int] | np.ndarray],
+    truth: list[int],
+    name: str | None = None,
+) -> None:
+    """Every task's rows, against h5py's read of them here (a wrong row is no result)."""
+    got = client.gather([client.submit(_rows_summary, f, name, pure=False) for f in futs])
+    for t, ((shape, crc), want) in enumerate(zip(got, wants, strict=True)):
+        if tuple(shape) != (_count(want), ROW):
+            raise AssertionError(f"task {t} got {shape}, not {_count(want)} rows")
+        if crc != truth[t]:
+            raise AssertionError(f"task {t}'s rows differ from h5py's")
 
 
 def _copy_rate(nbytes: int = 256 << 20) -> float:

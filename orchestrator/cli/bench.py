@@ -926,15 +926,14 @@ def bench_restart(
         "read_stage checks every stripe against the checkpoint's manifest as it is read"
     )
     u = Table(title=f"CPU seconds per run (median; 10 ms ticks), {res['cores']} cores")
-    kinds = [
-        r for r in ("compute", "io", "driver", "other") if r in next(iter(res["cpu"].values()))
-    ]
     heads = {
         "compute": "compute",
         "io": "I/O",
         "driver": "driver",
-        "other": "scheduler, file system",
+        "scheduler": "scheduler",
+        "file system": "file system",
     }
+    kinds = [r for r in heads if r in next(iter(res["cpu"].values()))]
     for col in ("contender", *(heads[r] for r in kinds), "total", "total ÷ cores (s)"):
         u.add_column(col, justify="right")
     for name, roles in res["cpu"].items():

@@ -4,10 +4,11 @@ same host (``process_vm_readv``), as MPI libraries move intra-node messages.
 A restart's aggregator verifies its stripes where they lie (the checkpoint mapped
 read-only, or its own buffer) and keeps them; each task on the same host copies its
 rows out in one system call per 1,024 runs — one copy, as a task reading the file
-itself would make, and no socket. Where a task checks the stripes it copies itself,
-it reads them through the I/O worker's own open descriptor of the checkpoint
-(:func:`borrow`, ``pidfd_getfd``): the bytes the node brought into memory, with no
-page tables of the node's mapping to fill or tear down. Every read names the
+itself would make, and no socket. Where the dataset is mapped and a task's runs
+are long on average (:data:`PREAD_RUN`), it reads them through the I/O worker's
+own open descriptor of the checkpoint instead (:func:`borrow`, ``pidfd_getfd``),
+one ``preadv`` per run: the bytes the node brought into memory, with no page
+tables of the node's mapping to fill or tear down. Every read names the
 process by PID *and* start time, checked before and after (through a pidfd kept per
 process), so a PID reused by another process is never read.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import numbers
 import os
 import select
 from typing import Any
@@ -38,6 +40,10 @@ IOV_MAX = 1024
 
 class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+# read() builds its iovecs as rows of two uint64: the struct must be exactly that
+assert ctypes.sizeof(_Iovec) == 16 and ctypes.alignment(_Iovec) == 8
 
 
 _LIBC: Any = None
@@ -101,6 +107,8 @@ def read(
         raise ValueError("out must be a contiguous uint8 array")
     if length.size and int((dst + length).max()) > out.size:
         raise ValueError("a run ends past the end of out")
+    if length.size and (int(dst.min()) < 0 or int(length.min()) < 0):
+        raise ValueError("a run starts before out or has a negative length")
     fn = _libc()
     pid = int(who[0])
     _same(who)
@@ -204,13 +212,15 @@ def inject(borrow: bool = True, pread_run: int | None = None) -> None:
 
     if not isinstance(borrow, bool):
         raise InputError(f"borrow must be True or False, got {borrow!r}")
-    if pread_run is not None and (not isinstance(pread_run, int) or pread_run < 0):
+    if pread_run is not None and (
+        isinstance(pread_run, bool) or not isinstance(pread_run, numbers.Integral) or pread_run < 0
+    ):
         raise InputError(f"pread_run must be a whole number >= 0, got {pread_run!r}")
     _FAULTS.clear()
     if not borrow:
         _FAULTS["no-borrow"] = True
     if pread_run is not None:
-        _FAULTS["pread-run"] = pread_run
+        _FAULTS["pread-run"] = int(pread_run)
 
 
 #: a task whose runs average at least this many bytes reads them through the I/O

@@ -369,9 +369,6 @@ def _assemble(
 
 #: bytes a task copies before checking them, so that they are checked while in cache
 _CHECK_BATCH = 8 << 20
-#: a task's runs at least this long on average (bytes) are read through the I/O node's
-#: descriptor, shorter ones copied out of its mapping (:func:`_copy_when_checked`)
-_PREAD_RUN = 64 << 10
 
 
 def _copy_when_checked(

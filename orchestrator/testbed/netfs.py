@@ -3,32 +3,42 @@ worker sees it through a mount whose traffic crosses its host's shaped link.
 
 What a user's tasks read through when their checkpoint sits on remote I/O nodes
 and each task opens the file itself (``h5py.File`` on an NFS or Lustre path): here
-SFTP, because it needs no kernel module. Each I/O host runs ``socat`` listening on
-its own testbed address, starting OpenSSH's ``sftp-server`` in read-only mode, as
-``nobody``, for each connection (no SSH, so no cipher's CPU in the way); each
-compute worker gets an ``sshfs`` mount in its own mount namespace, made from its
-own network namespace (``nsenter`` into the worker's PID), of one I/O host's
-export — compute host ``j`` reads from I/O host ``j mod n_io``, so the I/O hosts'
-links carry equal shares, as the stripes of :func:`~orchestrator.read_stage`'s
-layout do. ``sshfs`` is a slow network file system beside a kernel NFS or Lustre
-client (one SFTP session per host, a round trip per read request); that is the
-bias to keep in mind when reading what it measures.
+SFTP, because it needs no kernel module. Each I/O host runs ``socat``, as
+``nobody``, listening on its own testbed address, starting OpenSSH's
+``sftp-server`` in read-only mode for each connection (no SSH, so no cipher's CPU
+in the way); each compute worker gets an ``sshfs`` mount in its own mount
+namespace, made from its own network namespace (``nsenter`` into the worker's
+PID), of one I/O host's export — compute host ``j`` reads from I/O host
+``j mod n_io``, so the I/O hosts' links carry equal shares, as the stripes of
+:func:`~orchestrator.read_stage`'s layout do. ``sshfs`` is a slow network file
+system beside a kernel NFS or Lustre client (one SFTP session per host, a round
+trip per read request); that is the bias to keep in mind when reading what it
+measures.
+
+**What it exposes.** ``sftp-server`` has no root folder of its own: a session
+may read any file ``nobody`` may read (world-readable ones), not only the
+export, and nothing more (read-only, unprivileged). It accepts connections from
+the testbed's subnet only, which this machine's own processes reach through the
+testbed's gateway — so while an export lasts, local processes may read, over
+it, what they may already read on disk. Nothing outside this machine reaches the
+subnet unless the machine routes it.
 
 Every process is recorded in the testbed's record, so :func:`~.bed.down` stops it
 like the testbed's own; a mount lives in its worker's mount namespace and goes
-with it.
+with it. One export at a time per testbed.
 
 Examples
 --------
 >>> with up("cluster2004", n_io=2, n_compute=2) as tb, tb.connect() as cl:  # doctest: +SKIP
 ...     with exported(tb, cl, "out/ck") as where:
 ...         where[cl.compute[0]]
-PosixPath('/run/iorch-testbed/3fa9c1/netfs/compute-0/ck')
+PosixPath('/run/iorch-testbed/3fa9c1/netfs/compute-0-2117')
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import time
@@ -39,9 +49,16 @@ from typing import Any
 from ..errors import TestbedError, TestbedUnavailable
 from . import registry
 
-__all__ = ["PORT", "SFTP_SERVER", "available", "exported"]
+__all__ = [
+    "PORT",
+    "SFTP_SERVER",
+    "available",
+    "check_exportable",
+    "exported",
+    "sshfs_mounts",
+]
 
-#: where each I/O host's SFTP server listens (its own testbed address only)
+#: where each I/O host's SFTP server listens (on its testbed address)
 PORT = 8022
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
@@ -69,9 +86,23 @@ def available() -> str | None:
     return None
 
 
-def _readable_by_nobody(folder: Path) -> None:
-    """The export is served as ``nobody``: every folder above it must let others in and
-    the folder itself be readable, or every read fails far from here."""
+def check_exportable(folder: str | os.PathLike[str]) -> None:
+    """Raise unless ``folder`` can be exported: a folder, and served as ``nobody``, so
+    every folder above it must let others in and it must be readable — or every read
+    would fail far from here.
+
+    Raises
+    ------
+    TestbedError
+        Naming the folder that stops it.
+
+    Examples
+    --------
+    >>> check_exportable("/tmp")
+    """
+    folder = Path(folder).absolute()
+    if not folder.is_dir():
+        raise TestbedError(f"{folder} is not a folder to export")
     for d in [folder, *folder.parents]:
         mode = d.stat().st_mode
         if not mode & 0o001:
@@ -108,28 +139,45 @@ def exported(tb: Any, cluster: Any, folder: str | os.PathLike[str]) -> Iterator[
     if why:
         raise TestbedUnavailable(why)
     folder = Path(folder).absolute()
-    if not folder.is_dir():
-        raise TestbedError(f"{folder} is not a folder to export")
-    _readable_by_nobody(folder)
-    state = registry.load(tb.tid)
-    if state is None:
-        raise TestbedError(f"testbed {tb.tid} has no record: is it up?")
+    check_exportable(folder)
+    with registry.locked():
+        state = registry.load(tb.tid)
+        if state is None:
+            raise TestbedError(f"testbed {tb.tid} has no record: is it up?")
+        if state.get("exported"):
+            raise TestbedError(
+                f"testbed {tb.tid} already exports {state['exported']}: one export at a time"
+            )
+        state["exported"] = str(folder)
+        registry.save(state)
     names: list[str] = []
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
     mounts = registry.state_dir() / tb.tid / "netfs"
+    subnet = ipaddress.ip_interface(f"{tb.hosts[0].address}/24").network
+    n_compute = max(1, len(tb.compute_hosts))
     try:
         for k, h in enumerate(tb.ionode_hosts):
             names.append(f"sftp-{k}")
-            listen = f"TCP-LISTEN:{PORT},bind={h.address},reuseaddr,fork"
-            serve = f"EXEC:{SFTP_SERVER} -R,su=nobody"
-            _spawn(state, h, names[-1], ["socat", listen, serve], env)
+            # unprivileged from the start (the port needs none), the testbed's subnet only,
+            # a session per compute host at most
+            listen = (
+                f"TCP-LISTEN:{PORT},bind={h.address},reuseaddr,fork,"
+                f"range={subnet},max-children={n_compute}"
+            )
+            drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+            _spawn(state, h, names[-1], [*drop, "socat", listen, f"EXEC:{SFTP_SERVER} -R"], env)
+        _wait_listening(tb, state, names)
         got = cluster.client.run(os.getpid, workers=list(cluster.compute))
         where: dict[str, Path] = {}
         servers = tb.ionode_hosts
         order = {h.name: j for j, h in enumerate(tb.compute_hosts)}
+        owners: dict[str, list[int]] = {}
         for w in sorted(got, key=lambda a: (order.get(tb.host_of(a).name, 0), a)):
             host = tb.host_of(w)
             server = servers[order.get(host.name, 0) % len(servers)]
+            ident = registry.process_identity(got[w])
+            if ident is None:
+                raise TestbedError(f"worker {w} ended before its mount was made")
             point = mounts / f"{host.name}-{got[w]}"
             point.mkdir(parents=True, exist_ok=True)
             names.append(f"sshfs-{host.name}-{got[w]}")
@@ -137,20 +185,70 @@ def exported(tb: Any, cluster: Any, folder: str | os.PathLike[str]) -> Iterator[
             cmd += ["-o", f"directport={PORT},ro", f"{server.address}:{folder}", str(point)]
             # not inside the host's namespaces: nsenter enters the worker's own
             _spawn(state, None, names[-1], cmd, env)
+            if not registry.alive(ident):  # its PID could be another process's by now
+                raise TestbedError(f"worker {w} ended while its mount was made")
             where[w] = point
-        _wait_mounted(cluster, where, state, names)
+            owners[w] = ident
+        _wait_mounted(where, owners, state, names)
         yield where
     finally:
         _stop(tb.tid, names)
-        shutil.rmtree(mounts, ignore_errors=True)  # empty here: each mount is a worker's
+        with registry.locked():
+            state = registry.load(tb.tid)
+            if state is not None:
+                state.pop("exported", None)
+                registry.save(state)
+        for point in mounts.glob("*") if mounts.is_dir() else []:
+            with contextlib.suppress(OSError):
+                point.rmdir()  # empty here (each mount is a worker's), never recursed into
+        with contextlib.suppress(OSError):
+            mounts.rmdir()
 
 
-def _is_mount(path: str) -> bool:
-    return os.path.ismount(path)
+def _wait_listening(tb: Any, state: dict[str, Any], names: list[str]) -> None:
+    """Until every I/O host's server accepts (a mount made before fails at once)."""
+    from .bed import _check_running
+    from .netns import listening
+
+    deadline = time.monotonic() + 30.0
+    left = [h.ns for h in tb.ionode_hosts]
+    while left:
+        left = [ns for ns in left if not listening(ns, PORT)]
+        if not left:
+            return
+        _check_running({**state, "processes": {n: state["processes"][n] for n in names}})
+        if time.monotonic() > deadline:
+            raise TestbedError(f"the file servers did not listen in {left}")
+        time.sleep(0.05)
+
+
+def sshfs_mounts(pid: int) -> list[str]:
+    """The ``sshfs`` mount points process ``pid`` sees (its mount namespace's table,
+    read from here: a stalled mount cannot block it).
+
+    Examples
+    --------
+    >>> sshfs_mounts(os.getpid())
+    []
+    """
+    try:
+        with open(f"/proc/{pid}/mountinfo") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        pre, _, post = line.partition(" - ")
+        if post.split(" ", 1)[0] == "fuse.sshfs":
+            out.append(pre.split()[4].replace("\\040", " "))
+    return out
 
 
 def _wait_mounted(
-    cluster: Any, where: dict[str, Path], state: dict[str, Any], names: list[str]
+    where: dict[str, Path],
+    owners: dict[str, list[int]],
+    state: dict[str, Any],
+    names: list[str],
 ) -> None:
     """Until every worker sees its mount (a process that ended says why)."""
     from .bed import _check_running
@@ -159,14 +257,16 @@ def _wait_mounted(
     left = dict(where)
     while left:
         for w, point in list(left.items()):
-            if cluster.client.run(_is_mount, str(point), workers=[w]).get(w):
+            if not registry.alive(owners[w]):
+                raise TestbedError(f"worker {w} ended while its mount was made")
+            if str(point) in sshfs_mounts(owners[w][0]):
                 del left[w]
         if not left:
             return
         _check_running({**state, "processes": {n: state["processes"][n] for n in names}})
         if time.monotonic() > deadline:
             raise TestbedError(f"the network file system did not mount on {sorted(left)}")
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def _stop(tid: str, names: list[str]) -> None:
@@ -174,6 +274,11 @@ def _stop(tid: str, names: list[str]) -> None:
     state = registry.load(tid)
     if state is None:  # the testbed is down: its processes went with it
         return
-    idents = [state["processes"].pop(n) for n in names if n in state["processes"]]
-    registry.stop(idents, grace=3.0)
-    registry.save(state)
+    registry.stop([state["processes"][n] for n in names if n in state["processes"]], grace=3.0)
+    with registry.locked():
+        state = registry.load(tid)
+        if state is None:  # brought down meanwhile: nothing to record
+            return
+        for n in names:
+            state["processes"].pop(n, None)
+        registry.save(state)

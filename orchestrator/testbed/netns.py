@@ -215,6 +215,13 @@ def ns_pids(ns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
+def listening(ns: str, port: int) -> bool:
+    """Whether a process in namespace ``ns`` listens on TCP ``port`` (asked of the
+    namespace's own socket table: nothing is sent)."""
+    out = _run(["ip", "netns", "exec", ns, "ss", "-Hltn", f"sport = :{int(port)}"], check=False)
+    return bool(out.strip())
+
+
 def delete_ns(ns: str) -> None:
     """Remove namespace ``ns`` (its veth ends go with it)."""
     _run(["ip", "netns", "del", ns], check=False)

@@ -90,10 +90,15 @@ def locked() -> Iterator[None]:
 
 def save(state: dict[str, Any]) -> None:
     """Write a record atomically (a reader never sees half of one)."""
+    import tempfile
+
     d = state_dir() / state["id"]
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    # a name of its own: two processes saving at once must not write one file
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="state.json.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(state, indent=1, sort_keys=True))
+    os.chmod(tmp, 0o644)
     os.replace(tmp, d / "state.json")
 
 
