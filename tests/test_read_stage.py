@@ -729,6 +729,10 @@ def test_the_restart_benchmark_cuts_a_mesh_into_scattered_rows(cluster, tmp_path
     assert min(runs) > 10  # scattered, not a block per task
     with pytest.raises(InputError, match="layout must be one of blocks, mesh, got 'tiles'"):
         run(tmp_path, gib=0.005, tasks=3, repeat=1, cluster=cluster, layout="tiles")
+    with pytest.raises(InputError, match="too few for 16 parts"):
+        run(tmp_path, gib=1e-6, tasks=16, repeat=1, cluster=cluster, layout="mesh")
+    with pytest.raises(InputError, match="pass cluster or testbed"):
+        run(tmp_path, gib=0.005, cluster=cluster, testbed="cluster2004")
 
 
 def test_cpu_seconds_count_every_thread_of_a_process() -> None:

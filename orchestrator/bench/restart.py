@@ -216,6 +216,11 @@ def run(
         raise InputError(f"gib > 0, tasks >= 1, repeat >= 1, got {gib!r}, {tasks!r}, {repeat!r}")
     if layout not in LAYOUTS:
         raise InputError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    nodes = int(gib * (1 << 30)) // (ROW * 8)
+    if layout == "mesh" and nodes < 64 * tasks:
+        raise InputError(
+            f"gib={gib!r} makes a mesh of {nodes} nodes, too few for {tasks} parts of 64 or more"
+        )
     if testbed is not None:
         if cluster is not None:
             raise InputError("a testbed run makes its own cluster: pass cluster or testbed")
