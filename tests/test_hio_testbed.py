@@ -202,7 +202,7 @@ def test_the_command_refuses_a_testbed_option_without_the_testbed(tmp_path: Path
 
 def test_the_command_runs_the_sweep_on_a_testbed(tmp_path: Path) -> None:
     _needs_testbed()
-    before = len(testbed.status())
+    before = {r["id"] for r in testbed.status()}  # another run's may come and go
     res = _iorch("bench", "hio", "--testbed", "--apps", "2", "--seeds", "1", "--out", str(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads((tmp_path / "results-testbed.json").read_text())
@@ -212,7 +212,7 @@ def test_the_command_runs_the_sweep_on_a_testbed(tmp_path: Path) -> None:
     assert out["calibration"]["disk"] == testbed.get_profile("cluster2004").disk
     assert (tmp_path / "hio-testbed.png").stat().st_size > 10_000
     assert "realized ÷ simulated over 3 runs" in res.stdout
-    assert len(testbed.status()) == before  # the command took its testbed down
+    assert {r["id"] for r in testbed.status()} <= before  # the command took its testbed down
 
 
 def test_a_gate_closed_again_while_a_node_waits_still_holds_it() -> None:
