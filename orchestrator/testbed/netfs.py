@@ -42,7 +42,7 @@ import ipaddress
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,21 +205,32 @@ def exported(tb: Any, cluster: Any, folder: str | os.PathLike[str]) -> Iterator[
             mounts.rmdir()
 
 
-def _wait_listening(tb: Any, state: dict[str, Any], names: list[str]) -> None:
-    """Until every I/O host's server accepts (a mount made before fails at once)."""
+def _until(
+    pending: Callable[[], list[Any]], state: dict[str, Any], names: list[str], what: str
+) -> None:
+    """Poll ``pending()`` until it is empty; a process of ``names`` that ended says why,
+    and after 30 s ``what`` with what is still pending is the error."""
     from .bed import _check_running
-    from .netns import listening
 
     deadline = time.monotonic() + 30.0
-    left = [h.ns for h in tb.ionode_hosts]
-    while left:
-        left = [ns for ns in left if not listening(ns, PORT)]
-        if not left:
-            return
+    while left := pending():
         _check_running({**state, "processes": {n: state["processes"][n] for n in names}})
         if time.monotonic() > deadline:
-            raise TestbedError(f"the file servers did not listen in {left}")
+            raise TestbedError(f"{what}: {left}")
         time.sleep(0.05)
+
+
+def _wait_listening(tb: Any, state: dict[str, Any], names: list[str]) -> None:
+    """Until every I/O host's server accepts (a mount made before fails at once)."""
+    from .netns import listening
+
+    spaces = [h.ns for h in tb.ionode_hosts]
+    _until(
+        lambda: [ns for ns in spaces if not listening(ns, PORT)],
+        state,
+        names,
+        "the file servers did not listen in",
+    )
 
 
 def sshfs_mounts(pid: int) -> list[str]:
@@ -251,22 +262,14 @@ def _wait_mounted(
     names: list[str],
 ) -> None:
     """Until every worker sees its mount (a process that ended says why)."""
-    from .bed import _check_running
 
-    deadline = time.monotonic() + 30.0
-    left = dict(where)
-    while left:
-        for w, point in list(left.items()):
+    def pending() -> list[str]:
+        for w in where:
             if not registry.alive(owners[w]):
                 raise TestbedError(f"worker {w} ended while its mount was made")
-            if str(point) in sshfs_mounts(owners[w][0]):
-                del left[w]
-        if not left:
-            return
-        _check_running({**state, "processes": {n: state["processes"][n] for n in names}})
-        if time.monotonic() > deadline:
-            raise TestbedError(f"the network file system did not mount on {sorted(left)}")
-        time.sleep(0.05)
+        return sorted(w for w, p in where.items() if str(p) not in sshfs_mounts(owners[w][0]))
+
+    _until(pending, state, names, "the network file system did not mount on")
 
 
 def _stop(tid: str, names: list[str]) -> None:
