@@ -296,14 +296,13 @@ def _comm(pid: int) -> str:
 def _file_system(path: str) -> str:
     """The type of the file system holding ``path`` as this process sees it (its mount
     table's longest matching mount point)."""
+    from ..testbed.netfs import mounts
+
     best, kind = "", "?"
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            pre, _, post = line.partition(" - ")
-            point = pre.split()[4].replace("\\040", " ")
-            inside = path == point or path.startswith(point.rstrip("/") + "/")
-            if inside and len(point) >= len(best):
-                best, kind = point, post.split(" ", 1)[0]
+    for point, fs in mounts(os.getpid()):
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fs
     return kind
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "available",
     "check_exportable",
     "exported",
+    "mounts",
     "sshfs_mounts",
 ]
 
@@ -233,14 +234,14 @@ def _wait_listening(tb: Any, state: dict[str, Any], names: list[str]) -> None:
     )
 
 
-def sshfs_mounts(pid: int) -> list[str]:
-    """The ``sshfs`` mount points process ``pid`` sees (its mount namespace's table,
-    read from here: a stalled mount cannot block it).
+def mounts(pid: int) -> list[tuple[str, str]]:
+    """``(mount point, file system type)`` of every mount process ``pid`` sees (its
+    mount namespace's table, read from here: a stalled mount cannot block it).
 
     Examples
     --------
-    >>> sshfs_mounts(os.getpid())
-    []
+    >>> any(point == "/" for point, _ in mounts(os.getpid()))
+    True
     """
     try:
         with open(f"/proc/{pid}/mountinfo") as fh:
@@ -250,9 +251,19 @@ def sshfs_mounts(pid: int) -> list[str]:
     out = []
     for line in lines:
         pre, _, post = line.partition(" - ")
-        if post.split(" ", 1)[0] == "fuse.sshfs":
-            out.append(pre.split()[4].replace("\\040", " "))
+        out.append((pre.split()[4].replace("\\040", " "), post.split(" ", 1)[0]))
     return out
+
+
+def sshfs_mounts(pid: int) -> list[str]:
+    """The ``sshfs`` mount points process ``pid`` sees (:func:`mounts`).
+
+    Examples
+    --------
+    >>> sshfs_mounts(os.getpid())
+    []
+    """
+    return [point for point, kind in mounts(pid) if kind == "fuse.sshfs"]
 
 
 def _wait_mounted(
